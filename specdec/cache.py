@@ -1,0 +1,57 @@
+"""A causal LM together with its KV cache, and the one cache invariant of the engine.
+
+Invariant (checked in :meth:`CachedLM.rollback`, the only place a cache shrinks): after every
+round each cache holds a *prefix of the committed tokens that stops before the last one*. The
+verifier's holds exactly all committed tokens but the last; the draft's may be one shorter after
+an all-accepted round (it never fed its own K-th token) and catches up in its next forward.
+So the last committed token is always the first input of the next round, and no forward pass is
+spent "re-preparing" logits.
+
+Rollback goes through the cache API (``DynamicCache.crop``), never by slicing per-layer tensors;
+a cache that cannot be cropped is refused loudly.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+class CachedLM:
+    def __init__(self, model, vocab_size: int):
+        self.model = model
+        self.vocab_size = vocab_size  # shared vocabulary V: padding rows beyond it are sliced off
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        if not self.cache.is_croppable:
+            raise TypeError(f"{type(model).__name__}: its KV cache cannot be rolled back "
+                            "(sliding-window or recurrent layers), so it cannot take part in speculative decoding")
+
+    def __len__(self) -> int:
+        return self.cache.get_seq_length()
+
+    @torch.inference_mode()
+    def forward(self, ids: list[int], keep: int) -> torch.Tensor:
+        """Append ``ids`` (T,) to the cache; return the logits of the last ``keep`` of them, (keep, V)."""
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        return out.logits[0, -keep:, : self.vocab_size]  # (keep, V)
+
+    def prefill(self, ids: list[int]) -> None:
+        """Feed tokens whose logits nobody needs (the prompt but its last token)."""
+        if ids:
+            self.forward(ids, keep=1)
+
+    def rollback(self, committed: list[int]) -> None:
+        """Crop to the longest valid prefix: at most all committed tokens but the last."""
+        excess = len(self) - (len(committed) - 1)
+        if excess > 0:
+            self.cache.crop(-excess)  # transformers 5: a negative count removes that many tokens
+        assert len(self) <= len(committed) - 1
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels so a wall-clock reading means what it says."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

@@ -1,0 +1,107 @@
+"""Drafters: who proposes the K tokens the verifier checks.
+
+Contract: ``propose`` returns the drafted ids *and exactly the distribution each was sampled
+from*. The most repeated bug in the field is drafting by argmax while the ratio uses softmax q
+(transformers #32867); here the draft model samples from the same warped q it returns, and a
+deterministic drafter (prompt lookup) returns one-hot q.
+
+Shapes: K drafted tokens, V vocabulary entries.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .cache import CachedLM
+from .config import SamplingConfig
+from .sampling import probs_from_logits, sample
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: list[int]        # (K,)
+    probs: torch.Tensor      # (K, V) the distributions the tokens were drawn from
+    forward_s: float = 0.0   # wall time inside model forwards
+
+
+class Drafter:
+    """Interface. A drafter lives for one generation; it may keep state (a KV cache)."""
+
+    name = "none"
+    cache: CachedLM | None = None
+
+    def propose(self, committed: list[int], k: int, sampling: SamplingConfig,
+                generator: torch.Generator) -> Proposal:
+        raise NotImplementedError
+
+    def prefill(self, prompt: list[int]) -> None:
+        if self.cache is not None:
+            self.cache.prefill(prompt[:-1])
+
+    def rollback(self, committed: list[int]) -> None:
+        if self.cache is not None:
+            self.cache.rollback(committed)
+
+
+class NoDrafter(Drafter):
+    """Proposes nothing: every round is one plain verifier step. The verifier-only baseline."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def propose(self, committed, k, sampling, generator) -> Proposal:
+        return Proposal([], torch.zeros(0, self.vocab_size))
+
+
+class ModelDrafter(Drafter):
+    """A small causal LM drafting autoregressively with its own KV cache."""
+
+    name = "model"
+
+    def __init__(self, model, vocab_size: int):
+        self.cache = CachedLM(model, vocab_size)
+
+    def propose(self, committed, k, sampling, generator) -> Proposal:
+        feed = committed[len(self.cache):]  # the last committed token, plus a token it missed
+        tokens, dists, forward_s = [], [], 0.0
+        for _ in range(k):
+            t0 = time.perf_counter()
+            logits = self.cache.forward(feed, keep=1)     # (1, V)
+            forward_s += time.perf_counter() - t0
+            q = probs_from_logits(logits, sampling)       # (1, V)
+            token = int(sample(q, sampling.greedy, generator))
+            tokens.append(token)
+            dists.append(q)
+            feed = [token]
+        return Proposal(tokens, torch.cat(dists) if dists else torch.zeros(0, self.cache.vocab_size), forward_s)
+
+
+class LookupDrafter(Drafter):
+    """Prompt lookup decoding (Saxena 2023): copy what followed the latest earlier occurrence of
+    the context's last n-gram. Needs no second model; q is one-hot, so a token is kept with
+    probability p(x) and greedy acceptance is exact. Proposes nothing when nothing matches."""
+
+    name = "lookup"
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
+        self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
+
+    def propose(self, committed, k, sampling, generator) -> Proposal:
+        tokens = self._lookup(committed, k)
+        probs = torch.zeros(len(tokens), self.vocab_size)  # (K, V)
+        if tokens:
+            probs[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
+        return Proposal(tokens, probs)
+
+    def _lookup(self, ctx: list[int], k: int) -> list[int]:
+        for n in range(min(self.max_ngram, len(ctx) - 1), self.min_ngram - 1, -1):
+            tail = ctx[-n:]
+            # latest earlier occurrence first: recent text predicts best
+            for start in range(len(ctx) - n - 1, -1, -1):
+                if ctx[start:start + n] == tail:
+                    follow = ctx[start + n:start + n + k]
+                    if follow:
+                        return follow
+        return []

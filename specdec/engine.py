@@ -1,0 +1,179 @@
+"""The speculative decoding loop (Leviathan et al. 2023, Section 2.3) with a per-round trace.
+
+A :class:`Generation` is one run. Iterating it drives the engine one draft/verify round at a
+time and yields a frozen :class:`~specdec.trace.RoundTrace` per round, so the CLI consumes it
+all at once while the app steps through it. The verifier-only baseline is the same loop with a
+drafter that proposes nothing, so both are measured with the same instrumentation.
+
+All randomness (draft sampling, the draws u, the resample) comes from one ``torch.Generator``
+seeded once per run, so the same seed gives the same tokens and the same trace.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import torch
+
+from .cache import CachedLM, synchronize
+from .config import GenerationConfig
+from .config import ConfigError
+from .drafters import Drafter, LookupDrafter, ModelDrafter, NoDrafter
+from .rule import verify
+from .sampling import probs_from_logits
+from .trace import (ACCEPTED, BONUS, REJECTED, RESAMPLED, UNREACHED, DraftPosition, PhaseTimes,
+                    RoundTrace, RunSummary, TokenProb, summarize)
+
+TOP_N = 8  # entries of p, q and the residual kept per position: enough for a bar chart
+DRAFTERS = ("model", "lookup")
+
+
+def make_drafter(kind: str, pair) -> Drafter:
+    """``model`` (the pair's draft model), ``lookup`` (prompt lookup) or ``none`` (verifier only)."""
+    if kind == "none":
+        return NoDrafter(pair.vocab_size)
+    if kind == "lookup":
+        return LookupDrafter(pair.vocab_size)
+    if kind == "model":
+        if pair.draft is None:
+            raise ConfigError("drafter 'model' needs a draft model; load one or use drafter 'lookup'")
+        return ModelDrafter(pair.draft, pair.vocab_size)
+    raise ConfigError(f"drafter must be one of {', '.join(DRAFTERS)} (got {kind!r})")
+
+
+def start(pair, prompt: str, cfg: GenerationConfig, drafter: str = "model", chat: bool = True) -> Generation:
+    """Validate and encode the prompt and return a Generation ready to iterate."""
+    return Generation(pair, pair.encode(prompt, chat=chat), cfg, make_drafter(drafter, pair))
+
+
+class Generation:
+    def __init__(self, pair, prompt_ids: list[int], cfg: GenerationConfig, drafter: Drafter):
+        self.pair, self.cfg, self.drafter = pair, cfg, drafter
+        self.prompt_ids = list(prompt_ids)
+        self.token_ids: list[int] = []  # generated ids (prompt excluded)
+        self.text = ""
+        self.rounds: list[RoundTrace] = []
+        self.prefill_s = 0.0
+        self.stop_reason: str | None = None  # eos | max_new_tokens | context
+        self._steps = self._loop()
+
+    def __iter__(self) -> Iterator[RoundTrace]:
+        return self
+
+    def __next__(self) -> RoundTrace:
+        with self.pair.lock:  # the models are shared between sessions: one round at a time
+            return next(self._steps)
+
+    def run(self) -> Generation:
+        for _ in self:
+            pass
+        return self
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    def summary(self) -> RunSummary:
+        return summarize(self.rounds, self.prefill_s)
+
+    def _clock(self) -> float:
+        if self.cfg.sync_timing:
+            synchronize(self.pair.device)
+        return time.perf_counter()
+
+    def _loop(self) -> Iterator[RoundTrace]:
+        pair, cfg, drafter, s = self.pair, self.cfg, self.drafter, self.cfg.sampling
+        generator = torch.Generator().manual_seed(cfg.seed)
+        committed = list(self.prompt_ids)
+        target = CachedLM(pair.target, pair.vocab_size)
+        start = self._clock()
+        target.prefill(committed[:-1])
+        drafter.prefill(committed)
+        self.prefill_s = self._clock() - start
+
+        while True:
+            room = min(cfg.max_new_tokens - len(self.token_ids), pair.max_positions - len(committed))
+            if room <= 0:
+                self.stop_reason = "max_new_tokens" if len(self.token_ids) >= cfg.max_new_tokens else "context"
+                return
+            t0 = self._clock()
+            # 1. draft up to K tokens (fewer when the round could overrun the budget or the context)
+            proposal = drafter.propose(committed, min(cfg.k, room - 1), s, generator)
+            drafted = proposal.tokens
+            k = len(drafted)
+            t1 = self._clock()
+            # 2. ONE verifier forward over K+1 positions: the last committed token, then the K drafts
+            logits = target.forward(committed[len(target):] + drafted, keep=k + 1)  # (K+1, V)
+            t_fwd = self._clock()
+            target_probs = probs_from_logits(logits, s)                             # (K+1, V)
+            target_len = len(target)
+            t2 = self._clock()
+            # 3. accept/reject with the pure rule: keep a leading run, then resample or take the bonus
+            v = verify(torch.tensor([drafted], dtype=torch.long).view(1, k), proposal.probs[None],
+                       target_probs[None], generator, greedy=s.greedy)
+            n_acc = int(v.n_accepted[0])
+            new = drafted[:n_acc] + [int(v.next_token[0])]
+            t3 = self._clock()
+            # 4. commit, cut at the first stop token
+            for i, tok in enumerate(new):
+                if tok in pair.stop_ids:
+                    new = new[: i + 1]
+                    self.stop_reason = "eos"
+                    break
+            committed += new
+            # 5. roll both caches back to the invariant: all committed tokens but the last
+            draft_len = len(drafter.cache) if drafter.cache is not None else None
+            target.rollback(committed)
+            drafter.rollback(committed)
+            t4 = self._clock()
+            # 6. record the round
+            pieces = self._append_text(new)
+            positions = self._positions(proposal, target_probs, v, n_acc)
+            t5 = self._clock()
+            times = PhaseTimes(draft=t1 - t0, verify=t2 - t1, accept=t3 - t2, rollback=t4 - t3,
+                               other=t5 - t4, forward=proposal.forward_s + (t_fwd - t1))
+            nxt = int(v.next_token[0])
+            record = RoundTrace(
+                index=len(self.rounds), context_len=len(committed) - len(new), positions=positions,
+                n_accepted=n_acc, rejected_at=n_acc if n_acc < k else None,
+                next_kind=RESAMPLED if n_acc < k else BONUS,
+                next_token=TokenProb(nxt, pair.token_text(nxt), float(v.next_dist[0, nxt])),
+                next_top=self._top(v.next_dist[0]), committed=tuple(new), pieces=pieces,
+                target_cache=(target_len, len(target)),
+                draft_cache=None if draft_len is None else (draft_len, len(drafter.cache)),
+                times=times, elapsed=self.prefill_s + sum(r.times.total for r in self.rounds) + times.total)
+            self.rounds.append(record)
+            yield record
+            if self.stop_reason:
+                return
+
+    def _append_text(self, new: list[int]) -> tuple[str, ...]:
+        """Output text of each new id, such that the pieces of all rounds join to ``self.text``.
+        A token ending inside a multi-byte character gets "" and the next one carries the character."""
+        pieces = []
+        for tok in new:
+            self.token_ids.append(tok)
+            text = self.pair.decode(self.token_ids)
+            if text.endswith("\ufffd"):
+                pieces.append("")
+                continue
+            pieces.append(text[len(self.text):])
+            self.text = text
+        return tuple(pieces)
+
+    def _top(self, dist: torch.Tensor) -> tuple[TokenProb, ...]:
+        vals, ids = dist.topk(min(TOP_N, dist.shape[-1]))
+        return tuple(TokenProb(int(i), self.pair.token_text(int(i)), float(x))
+                     for x, i in zip(vals, ids) if x > 0)
+
+    def _positions(self, proposal, target_probs, v, n_acc) -> tuple[DraftPosition, ...]:
+        out = []
+        for i, tok in enumerate(proposal.tokens):
+            q, p = proposal.probs[i], target_probs[i]  # (V,), (V,)
+            status = ACCEPTED if i < n_acc else REJECTED if i == n_acc else UNREACHED
+            out.append(DraftPosition(
+                token_id=tok, text=self.pair.token_text(tok), q=float(q[tok]), p=float(p[tok]),
+                ratio=float(v.ratios[0, i]), u=float(v.uniforms[0, i]),
+                beta=float(torch.minimum(p, q).sum()), status=status,
+                target_top=self._top(p), draft_top=self._top(q)))
+        return tuple(out)

@@ -1,0 +1,195 @@
+"""Trace to display: plain data the app (and a notebook) shows for :class:`~specdec.trace.RoundTrace` records.
+
+Pure functions of the records: no model, no gradio, no plotly. Letters as in Leviathan et al.
+2023: p is the verifier (target), q the draft. The acceptance estimate ``a`` for the theory curve
+(Section 3.1: E[tokens per round] = (1 - a^(K+1)) / (1 - a)) is the share of *reached* drafted
+positions that were kept; positions after a rejection were never tested and do not count.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .trace import ACCEPTED, BONUS, REJECTED, RESAMPLED, UNREACHED, RoundTrace, RunSummary, summarize
+
+LABELS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
+COLORS = {ACCEPTED: "#86efac", REJECTED: "#fca5a5", RESAMPLED: "#fcd34d", BONUS: "#93c5fd"}
+PHASE_NAMES = {"draft": "drafting", "verify": "verifier forward", "accept": "accept/reject",
+               "rollback": "cache rollback", "other": "other"}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A span of the colour-coded text: one token, where it came from and its numbers."""
+
+    text: str
+    label: str                 # accepted | rejected | resampled | bonus
+    round: int
+    position: int              # index within the round (K = the token after the drafts)
+    p: float | None = None     # verifier probability (of the drafted token, or of the drawn one)
+    q: float | None = None     # draft probability; None for resampled / bonus tokens
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.q is None or self.p is None else self.p / self.q
+
+
+def segments(rounds: list[RoundTrace]) -> list[Segment]:
+    """Every committed token in order, plus each rejected draft where it was replaced.
+    The texts of all segments but the rejected ones join to exactly the generated text."""
+    out = []
+    for r in rounds:
+        for i, piece in enumerate(r.pieces):
+            if i < r.n_accepted:
+                pos = r.positions[i]
+                out.append(Segment(piece, ACCEPTED, r.index, i, pos.p, pos.q))
+                continue
+            if r.rejected_at is not None:
+                pos = r.positions[r.rejected_at]
+                out.append(Segment(pos.text, REJECTED, r.index, r.rejected_at, pos.p, pos.q))
+            out.append(Segment(piece, r.next_kind, r.index, i, r.next_token.prob))
+    return [s for s in out if s.text]  # a token ending inside a character has no text of its own
+
+
+def output_text(segs: list[Segment]) -> str:
+    return "".join(s.text for s in segs if s.label != REJECTED)
+
+
+def segment_detail(s: Segment) -> str:
+    where = f"round {s.round + 1}, position {s.position + 1}"
+    if s.label == ACCEPTED:
+        nums = f"p = {s.p:.4f}, q = {s.q:.4f}, p/q = {s.ratio:.3f}: kept"
+    elif s.label == REJECTED:
+        nums = f"p = {s.p:.4f}, q = {s.q:.4f}, p/q = {s.ratio:.3f}: rejected, not part of the output"
+    elif s.label == RESAMPLED:
+        nums = f"drawn from the residual norm(max(0, p - q)) with probability {s.p:.4f}"
+    else:
+        nums = f"bonus token drawn from p with probability {s.p:.4f}"
+    return f"**{s.text!r}** ({s.label}), {where}: {nums}"
+
+
+def position_rows(r: RoundTrace, verified: bool) -> list[list]:
+    """One row per drafted token; the verifier's columns only once the round is verified."""
+    rows = []
+    for i, pos in enumerate(r.positions):
+        row = [i + 1, repr(pos.text), round(pos.q, 4)]
+        if verified:
+            verdict = {ACCEPTED: "accepted (u <= p/q)", REJECTED: "rejected (u > p/q)",
+                       UNREACHED: "not tested (after the rejection)"}[pos.status]
+            row += [round(pos.p, 4), round(pos.ratio, 3), round(pos.u, 3), verdict]
+        rows.append(row)
+    return rows
+
+
+ROW_HEADERS = ["#", "token", "q(x)", "p(x)", "p/q", "u", "verdict"]
+
+
+def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = False) -> str:
+    """One paragraph on what the phase just did and why the rule keeps the verifier's distribution."""
+    k = r.drafted
+    if phase == "draft":
+        if k == 0:
+            return ("The drafter proposed nothing this round (prompt lookup found no earlier occurrence of the "
+                    "context's last tokens), so the round is one plain verifier step.")
+        how = ("Prompt lookup copied the tokens that followed the latest earlier occurrence of the context's last "
+               "n-gram; it is deterministic, so q is one-hot (q(x) = 1) and a token will be kept with probability "
+               "p(x)." if drafter == "lookup" else
+               f"The small draft model ran {k} cheap forward passes, sampling each token from its distribution q "
+               "and reporting exactly that q(x).")
+        return f"**Draft.** {how} Nothing is committed yet: these {k} tokens are only a guess at what the verifier would say."
+    if phase == "verify":
+        if k == 0:
+            return (f"**Verify.** One verifier forward produced p for the next position and "
+                    f"{r.next_token.text!r} was drawn from it, exactly as plain decoding would.")
+        head = (f"**Verify.** One verifier forward over {k + 1} positions gave p at every drafted position at once. "
+                "Token i is kept when its draw u_i <= p(x)/q(x), that is with probability min(1, p/q); the first "
+                "rejection ends the round. ")
+        if r.rejected_at is None:
+            tail = (f"All {k} passed, and the same forward already holds p for the next position, so the bonus token "
+                    f"{r.next_token.text!r} is drawn from p at no extra cost.")
+        else:
+            x = r.positions[r.rejected_at]
+            tail = (f"Position {r.rejected_at + 1} ({x.text!r}) failed: u = {x.u:.3f} > p/q = {x.ratio:.3f}. The "
+                    f"replacement {r.next_token.text!r} is drawn from the residual norm(max(0, p - q)). Where the draft "
+                    "over-proposes a token (q > p) it is kept only with probability p/q, and the residual puts back "
+                    "exactly the mass that was removed, so every emitted token is distributed as p.")
+        if greedy:
+            tail += (" At temperature 0 p and q are one-hot: a draft is kept exactly when it is the verifier's argmax, "
+                     "so the output equals greedy decoding of the verifier.")
+        return head + tail
+    return (f"**Commit.** {len(r.committed)} token(s) joined the context. {cache_text(r)} The next round drafts "
+            "from the new context.")
+
+
+def cache_text(r: RoundTrace) -> str:
+    """Before the round each cache holds every committed token but the last."""
+    before = r.context_len - 1
+    out = (f"Verifier KV cache: {before} before the round, {r.target_cache[0]} after the forward, "
+           f"{r.target_cache[1]} after the rollback.")
+    if r.draft_cache is not None:
+        out += (f" Draft KV cache: {r.draft_cache[0]} after drafting, {r.draft_cache[1]} after the rollback.")
+    return out
+
+
+def theory_tokens_per_round(a: float, k: int) -> float:
+    """Expected tokens per round for i.i.d. acceptance a and K drafts (Leviathan et al. 2023, eq. 1)."""
+    return k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """Per-round series for the acceptance and tokens-per-round charts."""
+
+    rounds: list[int]            # 1-based round numbers
+    accepted: list[int]
+    drafted: list[int]
+    running_a: list[float]       # kept / reached so far
+    running_tokens: list[float]  # mean committed tokens per round so far
+    k: int
+
+
+def round_stats(rounds: list[RoundTrace]) -> RoundStats:
+    kept = reached = tokens = 0
+    running_a, running_tokens = [], []
+    for n, r in enumerate(rounds, 1):
+        kept += r.n_accepted
+        reached += r.n_accepted + (r.rejected_at is not None)
+        tokens += len(r.committed)
+        running_a.append(kept / reached if reached else 0.0)
+        running_tokens.append(tokens / n)
+    return RoundStats([r.index + 1 for r in rounds], [r.n_accepted for r in rounds], [r.drafted for r in rounds],
+                      running_a, running_tokens, max((r.drafted for r in rounds), default=0))
+
+
+def summary_text(s: RunSummary, a: float | None = None) -> str:
+    out = (f"{s.new_tokens} tokens in {s.wall_s:.2f} s = **{s.tokens_per_s:.2f} tok/s**, {s.rounds} rounds, "
+           f"{s.target_forwards} verifier forwards")
+    if s.drafted:
+        out += (f"; {s.accepted}/{s.drafted} drafts kept ({s.acceptance_rate:.0%}), "
+                f"{s.mean_tokens_per_round:.2f} tokens per round")
+        if a is not None:
+            out += f"; acceptance a = {a:.2f} per reached position"
+    return out
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token, or None when the sequences are equal."""
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return None if i == len(a) == len(b) else i
+
+
+def trace_json(settings: dict, rounds: list[RoundTrace], prefill_s: float, text: str, stop_reason) -> str:
+    """The CLI's ``generate --json`` object, so traces from either can be replayed in the app."""
+    return json.dumps({"settings": settings, "text": text,
+                       "token_ids": [t for r in rounds for t in r.committed], "stop_reason": stop_reason,
+                       "summary": summarize(rounds, prefill_s).to_dict(), "rounds": [r.to_dict() for r in rounds]})
+
+
+def load_trace(raw: str) -> tuple[dict, list[RoundTrace], float]:
+    """Parse a trace file into (settings, rounds, prefill seconds); ValueError if it is not one."""
+    try:
+        data = json.loads(raw)
+        rounds = [RoundTrace.from_dict(d) for d in data["rounds"]]
+        return data.get("settings", {}), rounds, float(data["summary"]["prefill_s"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"not a specdec trace file ({type(e).__name__}: {e})") from None

@@ -1,0 +1,52 @@
+"""Tiny randomly initialised models and a word-level tokenizer, built offline from configs."""
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from specdec.models import ModelPair
+
+V = 64          # real tokens; the models get padding rows beyond them, Qwen-style
+EOS = V - 1
+
+
+def tokenizer(vocab: int = V) -> PreTrainedTokenizerFast:
+    words = {f"w{i}": i for i in range(vocab - 1)} | {"<eos>": vocab - 1}
+    tok = Tokenizer(models.WordLevel(words, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", unk_token="w0")
+    return fast
+
+
+def model(seed: int, rows: int = V + 8, layers: int = 2, hidden: int = 32, scale: float = 1.0) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=rows, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      eos_token_id=EOS, tie_word_embeddings=False)
+    m = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        m.lm_head.weight.mul_(scale)  # sharper distributions: larger scale, fewer near-ties
+        m.lm_head.weight[V:] = 0      # padding rows carry no real token
+    return m
+
+
+def pair(target, draft=None) -> ModelPair:
+    return ModelPair(target=target, tokenizer=tokenizer(), draft=draft, target_name="tiny-target",
+                     draft_name=None if draft is None else "tiny-draft")
+
+
+def prompt_ids(n: int = 6, seed: int = 0) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, V - 1, (n,), generator=g).tolist()
+
+
+def noisy_copy(m: Qwen2ForCausalLM, seed: int, noise: float) -> Qwen2ForCausalLM:
+    """A draft that agrees with ``m`` often but not always, like a real small sibling model."""
+    import copy
+    d = copy.deepcopy(m)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for w in d.parameters():
+            w.add_(noise * w.std() * torch.randn(w.shape, generator=g))
+    return d
