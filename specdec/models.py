@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from .config import ConfigError
+from .kernels import speed_up_cpu_linears
 
 Progress = Callable[[float, str], None]  # (fraction in [0, 1], message)
 
@@ -53,8 +54,10 @@ EMBEDDED = {
 DEFAULT_DRAFT = "embedded:qwen2.5-coder-0.5b-instruct"
 DEFAULT_TARGET = "embedded:qwen2.5-coder-1.5b-instruct"
 
-# Per-device default dtypes; the README gives the measurements behind the CPU choice.
-DEFAULT_DTYPES = {"cuda": torch.bfloat16, "mps": torch.float16, "cpu": torch.bfloat16}
+# Per-device default dtypes. CPU: float32, because without native bf16 matmuls (AVX2) bf16 costs
+# grow linearly with the verified rows, and bf16 logits tie often enough to break greedy
+# equivalence; the README gives the measurements. GPUs: half precision, their native speed.
+DEFAULT_DTYPES = {"cuda": torch.bfloat16, "mps": torch.float16, "cpu": torch.float32}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -294,6 +297,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, d
         for m in (target_model, draft_model):
             if m is not None:
                 m.to(dev).eval()
+                speed_up_cpu_linears(m)
         pair = ModelPair(target_model, tokenizer, draft_model, target, draft, vocab, dev, dt)
         if progress:
             progress(1.0, "models ready")

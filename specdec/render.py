@@ -117,8 +117,9 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
             tail += (" At temperature 0 p and q are one-hot: a draft is kept exactly when it is the verifier's argmax, "
                      "so the output equals greedy decoding of the verifier.")
         return head + tail
-    return (f"**Commit.** {len(r.committed)} token(s) joined the context. {cache_text(r)} The next round drafts "
-            "from the new context.")
+    return (f"**Commit.** {len(r.committed)} token(s) joined the context. Both KV caches were cut back to hold every "
+            "committed token but the last (lengths below), dropping the entries of rejected drafts; the next round "
+            "drafts from the new context.")
 
 
 def cache_text(r: RoundTrace) -> str:

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ARTIFACTS = ROOT / "test-artifacts"
 # The dtype every real-model test uses; one load serves the CLI, engine and browser tests alike.
-REAL_DTYPE = os.environ.get("SPECDEC_TEST_DTYPE", "bfloat16")
+REAL_DTYPE = os.environ.get("SPECDEC_TEST_DTYPE", "float32")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,69 @@
+"""The real embedded pair (Qwen2.5-Coder 0.5B drafting for 1.5B), loaded once per session.
+
+Greedy equivalence goes through the CLI's ``compare --json`` path in-process, so the models stay
+loaded; the CLI's ``load_pair`` call hits the same memoised pair as the fixture.
+"""
+import json
+
+import pytest
+
+from conftest import REAL_DTYPE
+from specdec import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED
+from specdec.cli import main
+from specdec.models import cache_root
+
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Write a Python function that checks whether a string is a palindrome.",
+    "Explain in two sentences what a hash map is.",
+]
+
+
+def run_cli(capsys, *args) -> tuple[int, dict | None, str]:
+    code = main([*args, "--device", "cpu", "--dtype", REAL_DTYPE, "--json"])
+    out = capsys.readouterr()
+    return code, json.loads(out.out) if code == 0 else None, out.err
+
+
+def test_embedded_pair_is_assembled_verified_and_paired(real_pair):
+    assert real_pair.target_name == DEFAULT_TARGET and real_pair.draft_name == DEFAULT_DRAFT
+    for spec in EMBEDDED.values():
+        assert (cache_root() / spec.sha256[:16]).is_dir()
+    counts = real_pair.param_counts()
+    assert 1.4e9 < counts["target"] < 1.9e9 and 0.4e9 < counts["draft"] < 0.7e9
+    assert real_pair.vocab_size >= len(real_pair.tokenizer)
+    assert real_pair.tokenizer.convert_ids_to_tokens(sorted(real_pair.stop_ids)) == ["<|im_end|>"]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_speculative_equals_verifier_only(real_pair, capsys, prompt):
+    code, out, _ = run_cli(capsys, "compare", "--prompt", prompt, "--max-new-tokens", "48", "--k", "4")
+    assert code == 0
+    base, spec = out["baseline"], out["speculative"]
+    assert out["identical"] is True and base["token_ids"] == spec["token_ids"]
+    assert len(base["token_ids"]) == 48 or base["stop_reason"] == "eos"
+    assert spec["summary"]["target_forwards"] < base["summary"]["target_forwards"]
+    assert spec["summary"]["acceptance_rate"] > 0.3  # the coder pair agrees most of the time
+
+
+def test_generate_json_is_the_only_thing_on_stdout(real_pair, capsys):
+    code, out, err = run_cli(capsys, "generate", "--prompt", "def add(a, b):", "--max-new-tokens", "12",
+                             "--temperature", "0.8", "--top-k", "40", "--top-p", "0.9", "--seed", "3")
+    assert code == 0 and {"text", "token_ids", "summary", "rounds", "settings"} <= out.keys()
+    assert out["summary"]["new_tokens"] == len(out["token_ids"]) <= 12
+    assert "".join(p for r in out["rounds"] for p in r["pieces"]) == out["text"]
+    assert "models ready" in err
+
+
+def test_lookup_drafter_on_the_real_verifier(real_pair, capsys):
+    code, out, _ = run_cli(capsys, "compare", "--drafter", "lookup", "--max-new-tokens", "24",
+                           "--prompt", "Repeat exactly: the quick brown fox jumps over the lazy dog. "
+                                       "the quick brown fox jumps over the lazy dog.")
+    assert code == 0 and out["identical"] is True
+    assert out["speculative"]["summary"]["drafted"] > 0
+
+
+def test_prompt_longer_than_the_context_is_a_clear_error(real_pair, capsys):
+    code, _, err = run_cli(capsys, "generate", "--prompt", "word " * (real_pair.max_positions + 10))
+    assert code == 2 and err.strip().splitlines()[-1].startswith(
+        f"error: prompt must be shorter than the context of {real_pair.max_positions} tokens")
