@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 from functools import partial
+from html import escape
 
 import gradio as gr
 
@@ -39,10 +40,10 @@ CSS = """
 
 def _progress_html(loader: h.Loader) -> str:
     if loader.error:
-        return f'<p role="alert">Loading failed: {loader.error}</p>'
+        return f'<p role="alert">Loading failed: {escape(loader.error)}</p>'
     if loader.pair is not None:
         return f"<p>Models ready{f' (loaded in {loader.seconds:.1f} s)' if loader.seconds >= 0.1 else ''}.</p>"
-    return (f'<label>Loading models: {loader.message} <progress aria-label="model loading" max="1" '
+    return (f'<label>Loading models: {escape(loader.message)} <progress aria-label="model loading" max="1" '
             f'value="{loader.fraction:.2f}" style="width: 100%"></progress></label>')
 
 
@@ -99,7 +100,8 @@ def build_demo(loader: h.Loader) -> gr.Blocks:
                         with gr.Row():
                             ui["run_acceptance"] = gr.Plot(label="Acceptance per round", show_label=False)
                             ui["run_tokens"] = gr.Plot(label="Tokens per round vs theory", show_label=False)
-                        upload = gr.File(label="Replay a downloaded trace (no models needed)", file_types=[".json"])
+                        upload = gr.File(label="Replay a downloaded trace (no models needed)", file_types=[".json"],
+                                         height=110)
                     with gr.Tab("Verifier only vs speculative"):
                         with gr.Row():
                             compare_b = gr.Button("Run both", variant="primary")
@@ -135,7 +137,7 @@ def build_demo(loader: h.Loader) -> gr.Blocks:
             ui[f"{where}_text"].select(_selected(ui, where), session, outputs(f"{where}_detail"))
         compare_b.click(_streaming(ui, partial(h.compare, loader)), [session, *settings],
                         outputs("base_text", "spec_text", "base_stats", "spec_stats", "badge", "race"))
-        stop_cmp_b.click(_handler(ui, h.stop, badge="Stopping..."), session, outputs("run_status", "badge"))
+        stop_cmp_b.click(_handler(ui, partial(h.stop, shown="badge")), session, outputs("badge"))
 
         def poll():
             done = loader.pair is not None or loader.error is not None

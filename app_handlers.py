@@ -110,6 +110,14 @@ class Session:
     run_segments: list = field(default_factory=list)
     stop: bool = False
 
+    def restart(self, settings: Settings, gen: Generation) -> None:
+        self.settings, self.gen, self.committed, self.pending, self.phase = settings, gen, [], None, None
+
+    def commit(self) -> Session:
+        self.committed.append(self.pending)
+        self.pending = self.phase = None
+        return self
+
 
 def highlighted(segs) -> list[tuple[str, str]]:
     return [(s.text, s.label) for s in segs]
@@ -118,8 +126,9 @@ def highlighted(segs) -> list[tuple[str, str]]:
 # ---- step through one round -------------------------------------------------------------------
 
 def step(loader: Loader, action: str, session: Session, *raw) -> dict:
-    """action: draft | verify | next | step | reset. The engine computes a round in one go; the
-    viewer reveals it in phases (draft, then verify) and commits it on Next round."""
+    """action: draft | verify | next | step | reset. The engine computes a round in one go; the viewer
+    reveals it in phases (draft, then verify), Next round commits it and drafts the next one, and
+    Step round finishes the round on show (or a new one) at once."""
     if loader.pair is None:
         return {"error": NOT_READY}
     notice = ""
@@ -128,28 +137,28 @@ def step(loader: Loader, action: str, session: Session, *raw) -> dict:
         if action == "reset" or session.gen is None or settings != session.settings:
             if session.gen is not None and action != "reset":
                 notice = "Settings changed: started a new generation. "
-            gen = settings.start(loader.pair)
-            session.settings, session.gen, session.committed, session.pending, session.phase = settings, gen, [], None, None
+            session.restart(settings, settings.start(loader.pair))
     except ConfigError as e:
         return {"error": str(e)}
     if action == "reset":
         return _step_view(session, "Reset: press Draft or Step round to begin.")
-    if action in ("next", "step") and session.pending is not None:
-        notice += f"Round {session.pending.index + 1} committed. "
-        session.committed.append(session.pending)
-        session.pending = session.phase = None
-    if action == "verify" and session.phase == "draft":
-        session.phase = "verify"
-        return _step_view(session, notice)
-    if session.pending is not None:
-        return _step_view(session, "This round is already on show: press Verify or Next round. ")
+    r = session.pending
+    if r is not None and action == "step":
+        return _step_view(session.commit(), notice, shown=r)
+    if r is not None and action == "next":
+        notice += f"Round {r.index + 1} committed. "
+        session.commit()
+    elif r is not None:
+        if action == "verify":
+            session.phase = "verify"
+            return _step_view(session, "")
+        return _step_view(session, "This round is already drafted: press Verify, Next round or Step round. ")
     r = next(session.gen, None)
     if r is None:
         return _step_view(session, notice + f"The generation has finished ({session.gen.stop_reason}). Press Reset.")
-    if action == "step":
-        session.committed.append(r)
-        return _step_view(session, notice, shown=r)
     session.pending, session.phase = r, "verify" if action == "verify" else "draft"
+    if action == "step":
+        return _step_view(session.commit(), notice, shown=r)
     return _step_view(session, notice)
 
 
@@ -160,10 +169,11 @@ def _step_view(session: Session, notice: str, shown: RoundTrace | None = None) -
     if r is None:
         return {**view, "step_status": notice, "step_explain": "", "step_table": None, "step_cache": "",
                 "step_ratio": None, "step_dist": None}
-    phases = ("draft", "verify", "commit") if shown else ("draft", "verify") if session.phase == "verify" else ("draft",)
+    phases = ("draft", "verify", "commit") if shown else ("draft", "verify")[:2 if session.phase == "verify" else 1]
     verified = "verify" in phases
     drafter, greedy = session.settings.drafter, session.settings.cfg.sampling.greedy
-    where = {"draft": "drafted, not yet verified", "verify": "verified, not yet committed"}.get(session.phase, "drafted, verified and committed")
+    where = {"draft": "drafted, not yet verified", "verify": "verified, not yet committed"}.get(
+        session.phase, "drafted, verified and committed")
     return {**view,
             "step_status": f"{notice}Round {r.index + 1}: {where}.",
             "step_explain": "\n\n".join(explain(r, ph, drafter, greedy) for ph in phases),
@@ -210,9 +220,10 @@ def replay(session: Session, path: str | None) -> dict:
             f"prompt: {label!r}."}
 
 
-def stop(session: Session) -> dict:
+def stop(session: Session, shown: str = "run_status") -> dict:
+    """Ask the session's run or comparison to end after the round in progress."""
     session.stop = True
-    return {"run_status": "Stopping after the current round..."}
+    return {shown: "Stopping after the current round..."}
 
 
 def token_detail(session: Session, index: int | None, where: str = "run") -> dict:
@@ -234,13 +245,11 @@ def _run_view(session: Session, rounds: list[RoundTrace], prefill_s: float) -> d
             "run_acceptance": charts.acceptance_figure(rounds), "run_tokens": charts.tokens_per_round_figure(rounds)}
 
 
-_TRACE_DIR = None
-
-
 def _write_trace(text: str) -> str:
-    global _TRACE_DIR
-    _TRACE_DIR = _TRACE_DIR or tempfile.mkdtemp(prefix="specdec-traces-")
-    path = os.path.join(_TRACE_DIR, f"specdec-trace-{uuid.uuid4().hex[:8]}.json")
+    """A file for the download button (gradio serves a copy from its own cache)."""
+    folder = os.path.join(tempfile.gettempdir(), "specdec-traces")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"specdec-trace-{uuid.uuid4().hex[:12]}.json")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path

@@ -96,7 +96,7 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                "p(x)." if drafter == "lookup" else
                f"The small draft model ran {k} cheap forward passes, sampling each token from its distribution q "
                "and reporting exactly that q(x).")
-        return f"**Draft.** {how} Nothing is committed yet: these {k} tokens are only a guess at what the verifier would say."
+        return f"**Draft.** {how} Nothing is committed yet: the {k} tokens are only a guess at the verifier's output."
     if phase == "verify":
         if k == 0:
             return (f"**Verify.** One verifier forward produced p for the next position and "
@@ -109,10 +109,10 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                     f"{r.next_token.text!r} is drawn from p at no extra cost.")
         else:
             x = r.positions[r.rejected_at]
-            tail = (f"Position {r.rejected_at + 1} ({x.text!r}) failed: u = {x.u:.3f} > p/q = {x.ratio:.3f}. The "
-                    f"replacement {r.next_token.text!r} is drawn from the residual norm(max(0, p - q)). Where the draft "
-                    "over-proposes a token (q > p) it is kept only with probability p/q, and the residual puts back "
-                    "exactly the mass that was removed, so every emitted token is distributed as p.")
+            tail = (f"Position {r.rejected_at + 1} ({x.text!r}) failed: u = {x.u:.3f} > p/q = {x.ratio:.3f}. "
+                    f"The replacement {r.next_token.text!r} is drawn from the residual norm(max(0, p - q)). Where "
+                    "the draft over-proposes a token (q > p) it is kept only with probability p/q, and the residual "
+                    "puts back exactly the mass that was removed, so every emitted token is distributed as p.")
         if greedy:
             tail += (" At temperature 0 p and q are one-hot: a draft is kept exactly when it is the verifier's argmax, "
                      "so the output equals greedy decoding of the verifier.")

@@ -128,8 +128,13 @@ def test_step_through_reveals_a_round_in_phases(loader):
     nxt = h.step(loader, "next", s, *settings(seed=1))
     assert "Round 1 committed" in nxt["step_status"] and nxt["step_text"]
     assert output_text(segments(s.committed)) == "".join(t for t, lab in nxt["step_text"] if lab != REJECTED)
-    stepped = h.step(loader, "step", s, *settings(seed=1))
-    assert len(s.committed) == 3 and "**Commit.**" in stepped["step_explain"]  # round 2 committed, round 3 stepped
+    again = h.step(loader, "draft", s, *settings(seed=1))
+    assert "already drafted" in again["step_status"] and s.phase == "draft"
+    stepped = h.step(loader, "step", s, *settings(seed=1))  # finishes the drafted round 2
+    assert len(s.committed) == 2 and s.pending is None and "**Commit.**" in stepped["step_explain"]
+    assert "Round 2: drafted, verified and committed." in stepped["step_status"]
+    detail = h.token_detail(s, 0, "step")["step_detail"]
+    assert detail.startswith(f"**{segments(s.committed)[0].text!r}**") and "round 1, position 1" in detail
     changed = h.step(loader, "step", s, *settings(seed=2))
     assert changed["step_status"].startswith("Settings changed") and len(s.committed) == 1
     h.step(loader, "reset", s, *settings(seed=2))
