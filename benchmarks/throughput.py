@@ -29,7 +29,8 @@ def ours(pair, prompt, cfg, drafter):
     gen = start(pair, prompt, cfg, drafter).run()
     s = gen.summary()
     return {"tokens": s.new_tokens, "wall_s": s.wall_s, "tok_s": s.tokens_per_s, "rounds": s.rounds,
-            "target_forwards": s.target_forwards, "acceptance": s.acceptance_rate,
+            "target_forwards": s.target_forwards, "drafted": s.drafted, "accepted": s.accepted,
+            "acceptance": s.acceptance_rate,
             "tokens_per_round": s.mean_tokens_per_round, "overhead_share": s.overhead_share,
             "phase_totals": s.phase_totals, "token_ids": gen.token_ids}
 
@@ -45,6 +46,29 @@ def hf(pair, prompt, cfg, assisted: bool):
     wall = time.perf_counter() - t0
     new = out[0, ids.shape[1]:].tolist()
     return {"tokens": len(new), "wall_s": wall, "tok_s": len(new) / wall, "token_ids": new}
+
+
+def summarize_runs(rows: list[dict], methods: list[str]) -> dict:
+    """Per method over all prompts: total tokens / total wall time, speedup against verifier-only,
+    and, for our speculative runs, acceptance = accepted / drafted over all rounds."""
+    base = [r for r in rows if r["method"] == methods[0]]
+    base_rate = sum(r["tokens"] for r in base) / sum(r["wall_s"] for r in base)
+    summary = {}
+    for name in methods:
+        sel = [r for r in rows if r["method"] == name]
+        tok, wall = sum(r["tokens"] for r in sel), sum(r["wall_s"] for r in sel)
+        entry = {"tokens": tok, "wall_s": wall, "tok_s": tok / wall, "speedup_vs_verifier_only": tok / wall / base_rate,
+                 "identical_to_verifier_only": all(r["identical_to_verifier_only"] for r in sel)}
+        if "rounds" in sel[0]:
+            entry["overhead_share"] = sum(r["overhead_share"] * r["wall_s"] for r in sel) / wall
+            entry["tokens_per_round"] = tok / sum(r["rounds"] for r in sel)
+            drafted = sum(r["drafted"] for r in sel)
+            if drafted:
+                entry["acceptance"] = sum(r["accepted"] for r in sel) / drafted
+        summary[name] = entry
+    spec, assisted = summary["speculative, draft model (ours)"], summary["transformers assisted generation"]
+    summary["ours vs transformers assisted"] = {"ratio": spec["tok_s"] / assisted["tok_s"]}
+    return summary
 
 
 def main(argv=None) -> int:
@@ -80,24 +104,7 @@ def main(argv=None) -> int:
             print(f"{name:36s} {r['tok_s']:6.2f} tok/s  {r['tokens']} tokens  "
                   f"identical={r['identical_to_verifier_only']}  {prompt[:40]}", file=sys.stderr, flush=True)
 
-    summary = {}
-    base_wall = sum(r["wall_s"] for r in rows if r["method"] == "verifier only (ours)")
-    base_tok = sum(r["tokens"] for r in rows if r["method"] == "verifier only (ours)")
-    for name in methods:
-        sel = [r for r in rows if r["method"] == name]
-        tok, wall = sum(r["tokens"] for r in sel), sum(r["wall_s"] for r in sel)
-        entry = {"tokens": tok, "wall_s": wall, "tok_s": tok / wall,
-                 "speedup_vs_verifier_only": (tok / wall) / (base_tok / base_wall),
-                 "identical_to_verifier_only": all(r["identical_to_verifier_only"] for r in sel)}
-        if "acceptance" in sel[0]:
-            drafted_rounds = [r for r in sel if r["rounds"]]
-            entry["acceptance"] = sum(r["acceptance"] for r in drafted_rounds) / len(drafted_rounds)
-            entry["tokens_per_round"] = sum(r["tokens"] for r in sel) / sum(r["rounds"] for r in sel)
-            entry["overhead_share"] = sum(r["overhead_share"] * r["wall_s"] for r in sel) / wall
-        summary[name] = entry
-    spec, assisted = summary["speculative, draft model (ours)"], summary["transformers assisted generation"]
-    summary["ours vs transformers assisted"] = {"ratio": spec["tok_s"] / assisted["tok_s"]}
-
+    summary = summarize_runs(rows, list(methods))
     out = args.out or ROOT / "benchmarks" / "results" / f"throughput-{env['device']}-{env['dtype']}.json"
     write_json(out, {"benchmark": "throughput", **env,
                      "settings": {"k": args.k, "max_new_tokens": args.max_new_tokens, "temperature": 0.0,

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-sync_api = pytest.importorskip("playwright.sync_api")
+from playwright import sync_api
 
-import app  # noqa: E402
-import app_handlers as h  # noqa: E402
-from specdec.render import LABELS  # noqa: E402
+import app
+import app_handlers as h
+from specdec.render import LABELS
 
 FIB = "Write a Python function that returns the n-th Fibonacci number iteratively."
 SKY = "In three sentences, explain why the sky is blue."
