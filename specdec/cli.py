@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from .config import ConfigError, GenerationConfig, SamplingConfig
+from .config import ConfigError, GenerationConfig, SamplingConfig, validate_prompt
 from .engine import DRAFTERS, Generation, start
 from .models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelLoadError, load_pair
 
@@ -65,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr, flush=True)  # noqa: E731
     try:
         cfg = _config(args)
-        if not args.prompt.strip():
-            raise ConfigError("prompt must be a non-empty string")
+        validate_prompt(args.prompt)
         pair = load_pair(args.target, args.draft if args.drafter == "model" else None,
                          args.device, args.dtype, progress=log)
         settings = {"target": args.target, "draft": args.draft if args.drafter == "model" else None,

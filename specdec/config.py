@@ -69,5 +69,6 @@ class GenerationConfig:
 
 
 def validate_prompt(prompt) -> str:
-    _require(isinstance(prompt, str) and prompt.strip() != "", "prompt", "a non-empty string", prompt)
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ConfigError("prompt must be a non-empty string")
     return prompt

@@ -29,7 +29,6 @@ class Proposal:
 class Drafter:
     """Interface. A drafter lives for one generation; it may keep state (a KV cache)."""
 
-    name = "none"
     cache: CachedLM | None = None
 
     def propose(self, committed: list[int], k: int, sampling: SamplingConfig,
@@ -58,8 +57,6 @@ class NoDrafter(Drafter):
 class ModelDrafter(Drafter):
     """A small causal LM drafting autoregressively with its own KV cache."""
 
-    name = "model"
-
     def __init__(self, model, vocab_size: int):
         self.cache = CachedLM(model, vocab_size)
 
@@ -82,8 +79,6 @@ class LookupDrafter(Drafter):
     """Prompt lookup decoding (Saxena 2023): copy what followed the latest earlier occurrence of
     the context's last n-gram. Needs no second model; q is one-hot, so a token is kept with
     probability p(x) and greedy acceptance is exact. Proposes nothing when nothing matches."""
-
-    name = "lookup"
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
         self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from .config import ConfigError
+from .config import ConfigError, validate_prompt
 from .kernels import speed_up_cpu_linears
 
 Progress = Callable[[float, str], None]  # (fraction in [0, 1], message)
@@ -248,8 +248,7 @@ class ModelPair:
         return self.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def encode(self, prompt: str, chat: bool = True) -> list[int]:
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ConfigError("prompt must be a non-empty string")
+        validate_prompt(prompt)
         if chat and getattr(self.tokenizer, "chat_template", None):
             prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
                                                         tokenize=False, add_generation_prompt=True)
