@@ -12,6 +12,7 @@ import sys
 from .config import ConfigError, GenerationConfig, SamplingConfig, validate_prompt
 from .engine import DRAFTERS, Generation, start
 from .models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelLoadError, load_pair
+from .render import first_difference, trace_json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,12 +45,9 @@ def _config(args) -> GenerationConfig:
                             sampling=SamplingConfig(args.temperature, args.top_k, args.top_p))
 
 
-def _result(gen: Generation, with_rounds: bool) -> dict:
-    out = {"text": gen.text, "token_ids": gen.token_ids, "stop_reason": gen.stop_reason,
-           "summary": gen.summary().to_dict()}
-    if with_rounds:
-        out["rounds"] = [r.to_dict() for r in gen.rounds]
-    return out
+def _result(gen: Generation) -> dict:
+    return {"text": gen.text, "token_ids": gen.token_ids, "stop_reason": gen.stop_reason,
+            "summary": gen.summary().to_dict()}
 
 
 def _line(name: str, s: dict) -> str:
@@ -76,21 +74,19 @@ def main(argv: list[str] | None = None) -> int:
         chat = not args.no_chat_template
         if args.command == "generate":
             gen = start(pair, args.prompt, cfg, args.drafter, chat).run()
-            out = {"settings": settings, **_result(gen, with_rounds=True)}
             if args.json:
-                print(json.dumps(out))
+                print(trace_json(settings, gen.rounds, gen.prefill_s, gen.text, gen.stop_reason))
             else:
                 print(gen.text)
-                print("\n" + _line("speculative", out["summary"]), file=sys.stderr)
+                print("\n" + _line("speculative", gen.summary().to_dict()), file=sys.stderr)
             return 0
         base = start(pair, args.prompt, cfg, "none", chat).run()
         spec = start(pair, args.prompt, cfg, args.drafter, chat).run()
         b, s = base.summary(), spec.summary()
-        out = {"settings": settings, "baseline": _result(base, False), "speculative": _result(spec, False),
+        out = {"settings": settings, "baseline": _result(base), "speculative": _result(spec),
                "speedup": s.tokens_per_s / b.tokens_per_s if b.tokens_per_s else 0.0,
                "identical": base.token_ids == spec.token_ids,
-               "first_difference": next((i for i, (x, y) in enumerate(zip(base.token_ids, spec.token_ids))
-                                         if x != y), None)}
+               "first_difference": first_difference(base.token_ids, spec.token_ids)}
         if args.json:
             print(json.dumps(out))
         else:

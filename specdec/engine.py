@@ -141,7 +141,7 @@ class Generation:
                 next_top=self._top(v.next_dist[0]), committed=tuple(new), pieces=pieces,
                 target_cache=(target_len, len(target)),
                 draft_cache=None if draft_len is None else (draft_len, len(drafter.cache)),
-                times=times, elapsed=self.prefill_s + sum(r.times.total for r in self.rounds) + times.total)
+                times=times, elapsed=(self.rounds[-1].elapsed if self.rounds else self.prefill_s) + times.total)
             self.rounds.append(record)
             yield record
             if self.stop_reason:
