@@ -34,8 +34,10 @@ test: setup-dev browser
 cli: setup
 	$(PY) -m specdec generate --prompt "Write a Python function that checks whether a number is prime."
 
-bench: setup-dev
-	$(PY) benchmarks/throughput.py
+bench: setup
+	bash scripts/install-llama-cpp.sh $(PY)
+	$(PY) -m benchmarks.throughput $(ARGS)
+	$(PY) -m benchmarks.report
 
 clean:
 	rm -rf $(VENV) .pytest_cache test-artifacts

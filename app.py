@@ -1,6 +1,6 @@
 """The speculative decoding teaching app: layout and wiring only.
 
-    python app.py [--host 127.0.0.1] [--port 7860] [--share] [--draft ...] [--target ...] [--device ...] [--dtype ...]
+    python app.py [--host 127.0.0.1] [--port 7860] [--share] [--draft ...] [--target ...] [--device ...] [--precision ...]
 
 The page is up at once; the models load in a background thread (once per process) while a progress
 bar shows how far it got, and the controls that need them stay disabled until they are ready. The
@@ -16,7 +16,7 @@ from html import escape
 import gradio as gr
 
 import app_handlers as h
-from specdec import DEFAULT_DRAFT, DEFAULT_TARGET
+from specdec import DEFAULT_DRAFT, DEFAULT_TARGET, GenerationConfig
 from specdec.render import COLORS, ROW_HEADERS
 
 EXAMPLES = [
@@ -61,7 +61,9 @@ def build_demo(loader: h.Loader) -> gr.Blocks:
                 drafter = gr.Radio([("draft model", "model"), ("prompt lookup", "lookup")], value="model",
                                    label="Drafter")
                 with gr.Row():
-                    k = gr.Number(4, label="K (drafted tokens per round)", precision=0)
+                    k = gr.Number(GenerationConfig().k, label="K (drafted tokens per round)", precision=0)
+                    confidence = gr.Number(GenerationConfig().confidence, label="Draft confidence (0 = always K)",
+                                           info="a draft stops early after a token it gives less than this")
                     temperature = gr.Number(0.0, label="Temperature (0 = greedy)")
                 with gr.Row():
                     top_k = gr.Number(0, label="Top-k (0 = off)", precision=0)
@@ -116,7 +118,7 @@ def build_demo(loader: h.Loader) -> gr.Blocks:
                                 ui["spec_text"] = gr.Textbox(label="Speculative", lines=8)
                         ui["race"] = gr.Plot(label="Tokens vs elapsed time", show_label=False)
 
-        settings = [prompt, drafter, k, temperature, top_k, top_p, seed, max_new]
+        settings = [prompt, drafter, k, confidence, temperature, top_k, top_p, seed, max_new]
         needs_models = [draft_b, verify_b, next_b, step_b, reset_b, run_b, compare_b]
 
         def outputs(*names):
@@ -198,9 +200,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
     parser.add_argument("--target", default=DEFAULT_TARGET, help=f"verifier model (default {DEFAULT_TARGET})")
     parser.add_argument("--device", default="auto", help="auto (MPS, then CUDA, then CPU), cpu, cuda or mps")
-    parser.add_argument("--dtype", default="auto", help="auto (per-device default), float32, bfloat16, float16")
+    parser.add_argument("--precision", default="auto", help="auto (measured per machine), float32, bfloat16, "
+                                                             "float16, int8, int4")
     args = parser.parse_args(argv)
-    loader = h.Loader(args.target, args.draft or None, args.device, args.dtype).start()
+    loader = h.Loader(args.target, args.draft or None, args.device, args.precision).start()
     launch(build_demo(loader), args.host, args.port, args.share)
 
 

@@ -29,8 +29,8 @@ NOT_READY = "the models are still loading; this works as soon as they are ready"
 class Loader:
     """Loads the pair once per process in a background thread and reports progress."""
 
-    def __init__(self, target: str, draft: str | None, device: str | None = None, dtype: str | None = None):
-        self.args = (target, draft, device, dtype)
+    def __init__(self, target: str, draft: str | None, device: str | None = None, precision: str | None = None):
+        self.args = (target, draft, device, precision)
         self.fraction, self.message = 0.0, "waiting to load the models"
         self.pair, self.error, self.seconds = None, None, 0.0
         self._thread: threading.Thread | None = None
@@ -53,8 +53,8 @@ class Loader:
     def _load(self) -> None:
         t0 = time.perf_counter()
         try:
-            target, draft, device, dtype = self.args
-            self.pair = load_pair(target, draft, device, dtype, progress=self._progress)
+            target, draft, device, precision = self.args
+            self.pair = load_pair(target, draft, device, precision, progress=self._progress)
             self.seconds, self.message = time.perf_counter() - t0, "models ready"
         except (ConfigError, ModelLoadError) as e:
             self.error = str(e)
@@ -64,11 +64,11 @@ class Loader:
         if p is None:
             return "Models: " + (f"failed to load: {self.error}" if self.error else "loading...")
         counts = p.param_counts()
-        out = (f"**Device** {p.device.type} · **dtype** {str(p.dtype).removeprefix('torch.')} · "
+        out = (f"**Device** {p.device.type} · **precision** {p.precision.name} · "
                f"**verifier** {p.target_name} ({_count(counts['target'])} parameters)")
         if p.draft is not None:
             out += f" · **draft** {p.draft_name} ({_count(counts['draft'])} parameters)"
-        return out
+        return out + f"  \n*Why {p.precision.name}:* {p.precision.reason.split(': ', 1)[-1]}"
 
 
 def _count(n: int) -> str:
@@ -82,11 +82,11 @@ class Settings:
     cfg: GenerationConfig
 
     @classmethod
-    def parse(cls, prompt, drafter, k, temperature, top_k, top_p, seed, max_new_tokens) -> Settings:
+    def parse(cls, prompt, drafter, k, confidence, temperature, top_k, top_p, seed, max_new_tokens) -> Settings:
         """Raises ConfigError naming the first bad field; the engine's configs hold the rules."""
         if not isinstance(prompt, str) or not prompt.strip():
             raise ConfigError("prompt must be a non-empty string")
-        return cls(prompt, drafter, GenerationConfig(max_new_tokens=max_new_tokens, k=k, seed=seed,
+        return cls(prompt, drafter, GenerationConfig(max_new_tokens=max_new_tokens, k=k, confidence=confidence, seed=seed,
                                                      sampling=SamplingConfig(temperature, top_k, top_p)))
 
     def start(self, pair, drafter: str | None = None) -> Generation:

@@ -1,28 +1,41 @@
-"""Throughput on the embedded pair: verifier-only greedy vs our speculative decoding vs
-transformers' assisted generation (``generate(assistant_model=...)``), same prompts and settings,
-one process. Writes JSON; ``benchmarks/report.py`` turns it into the README table.
+"""Throughput, memory and fidelity of the default configuration on the machine at hand, against
+our own verifier-only decoding, transformers (greedy and assisted generation, same weights and
+kernels) and llama.cpp (same GGUF files, same thread count), in one run. Writes JSON;
+``benchmarks/report.py`` turns it into the README tables.
 
-    python benchmarks/throughput.py --dtype bfloat16 --k 4 --max-new-tokens 64
+    python benchmarks/throughput.py            # full: 8 prompts x 128 tokens (~25 min on 2 cores)
+    python benchmarks/throughput.py --quick    # 3 prompts x 48 tokens, no sweeps (~5 min)
 """
 from __future__ import annotations
 
 import argparse
+import math
+import resource
+import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import ROOT, environment, write_json  # noqa: E402
-from specdec import GenerationConfig, load_pair, start  # noqa: E402
+from benchmarks.common import ROOT, environment, write_json
+from benchmarks.fidelity import fidelity
+from specdec import GenerationConfig, SamplingConfig, load_pair, start
+from specdec.models import EMBEDDED, cache_root
+from specdec.precision import cpu_candidates
 
-PROMPTS = [
+CODE = [
     "Write a Python function that returns the n-th Fibonacci number.",
     "Write a Python class for a stack with push, pop and peek.",
     "Write a Python function that merges two sorted lists into one sorted list.",
-    "Explain in three sentences why the sky is blue.",
+    "Write a Python function that parses a CSV line, handling quoted fields.",
+    "Write a binary search function in Python with type hints and a docstring.",
+    "Write a Python function that counts word frequencies in a text file.",
 ]
+PROSE = [
+    "Explain in three sentences why the sky is blue.",
+    "Describe the water cycle for a ten-year-old in one paragraph.",
+]
+SAMPLED = SamplingConfig(temperature=0.7, top_p=0.95)
 
 
 def ours(pair, prompt, cfg, drafter):
@@ -30,87 +43,184 @@ def ours(pair, prompt, cfg, drafter):
     s = gen.summary()
     return {"tokens": s.new_tokens, "wall_s": s.wall_s, "tok_s": s.tokens_per_s, "rounds": s.rounds,
             "target_forwards": s.target_forwards, "drafted": s.drafted, "accepted": s.accepted,
-            "acceptance": s.acceptance_rate,
-            "tokens_per_round": s.mean_tokens_per_round, "overhead_share": s.overhead_share,
-            "phase_totals": s.phase_totals, "token_ids": gen.token_ids}
+            "acceptance": s.acceptance_rate, "tokens_per_round": s.mean_tokens_per_round,
+            "overhead_share": s.overhead_share, "phase_totals": s.phase_totals, "token_ids": gen.token_ids}
 
 
 @torch.inference_mode()
-def hf(pair, prompt, cfg, assisted: bool):
-    ids = torch.tensor([pair.encode(prompt)], device=pair.device)
-    kwargs = {"assistant_model": pair.draft} if assisted else {}
+def transformers_generate(target, draft, pair, prompt, max_new: int, **assist):
+    ids = torch.tensor([pair.encode(prompt)])
+    kwargs = {"assistant_model": draft, **assist} if draft is not None else {}
     t0 = time.perf_counter()
-    out = pair.target.generate(ids, max_new_tokens=cfg.max_new_tokens, do_sample=False,
-                               eos_token_id=sorted(pair.stop_ids), pad_token_id=pair.tokenizer.pad_token_id,
-                               **kwargs)
+    out = target.generate(ids, max_new_tokens=max_new, do_sample=False, eos_token_id=sorted(pair.stop_ids),
+                          pad_token_id=pair.tokenizer.pad_token_id, **kwargs)
     wall = time.perf_counter() - t0
     new = out[0, ids.shape[1]:].tolist()
     return {"tokens": len(new), "wall_s": wall, "tok_s": len(new) / wall, "token_ids": new}
 
 
-def summarize_runs(rows: list[dict], methods: list[str]) -> dict:
-    """Per method over all prompts: total tokens / total wall time, speedup against verifier-only,
-    and, for our speculative runs, acceptance = accepted / drafted over all rounds."""
-    base = [r for r in rows if r["method"] == methods[0]]
-    base_rate = sum(r["tokens"] for r in base) / sum(r["wall_s"] for r in base)
-    summary = {}
-    for name in methods:
-        sel = [r for r in rows if r["method"] == name]
-        tok, wall = sum(r["tokens"] for r in sel), sum(r["wall_s"] for r in sel)
-        entry = {"tokens": tok, "wall_s": wall, "tok_s": tok / wall, "speedup_vs_verifier_only": tok / wall / base_rate,
-                 "identical_to_verifier_only": all(r["identical_to_verifier_only"] for r in sel)}
-        if "rounds" in sel[0]:
-            entry["overhead_share"] = sum(r["overhead_share"] * r["wall_s"] for r in sel) / wall
-            entry["tokens_per_round"] = tok / sum(r["rounds"] for r in sel)
-            drafted = sum(r["drafted"] for r in sel)
-            if drafted:
-                entry["acceptance"] = sum(r["accepted"] for r in sel) / drafted
-        summary[name] = entry
-    spec, assisted = summary["speculative, draft model (ours)"], summary["transformers assisted generation"]
-    summary["ours vs transformers assisted"] = {"ratio": spec["tok_s"] / assisted["tok_s"]}
-    return summary
+def llama_cpp_runner(threads: int):
+    """Greedy decoding with llama.cpp on the same GGUF verifier; None and the reason if unavailable."""
+    try:
+        from llama_cpp import Llama
+    except ImportError as e:
+        return None, f"llama-cpp-python is not installed ({e}); `make bench` installs it"
+    gguf = cache_root() / EMBEDDED["embedded:qwen2.5-coder-1.5b-instruct"].sha256[:16] / "model.gguf"
+    llm = Llama(model_path=str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=2048, verbose=False)
+
+    def run(pair, prompt, max_new):
+        ids = pair.encode(prompt)
+        llm.reset()
+        t0 = time.perf_counter()
+        new = []
+        for tok in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+            if tok in pair.stop_ids:
+                new.append(tok)
+                break
+            new.append(tok)
+            if len(new) >= max_new:
+                break
+        wall = time.perf_counter() - t0
+        return {"tokens": len(new), "wall_s": wall, "tok_s": len(new) / wall, "token_ids": new}
+    return run, None
+
+
+def peak_memory_of_default_run(max_new: int) -> float:
+    """Peak resident memory (GiB) of `python -m specdec generate` with both models loaded."""
+    subprocess.run([sys.executable, "-m", "specdec", "generate", "--prompt", CODE[0], "--max-new-tokens",
+                    str(max_new)], cwd=ROOT, check=True, capture_output=True)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def aggregate(rows: list[dict], method: str, base: str, prompts: list[str]) -> dict:
+    """Per method over ``prompts``: tok/s over all tokens, per-prompt speedups against ``base``
+    (the same prompt, same settings) and their geometric mean, acceptance over all drafts."""
+    sel = {r["prompt"]: r for r in rows if r["method"] == method and r["prompt"] in prompts}
+    ref = {r["prompt"]: r for r in rows if r["method"] == base and r["prompt"] in prompts}
+    if not sel:
+        return {}
+    tok, wall = sum(r["tokens"] for r in sel.values()), sum(r["wall_s"] for r in sel.values())
+    out = {"prompts": len(sel), "tokens": tok, "tok_s": tok / wall,
+           "speedup_geomean": geomean([sel[p]["tok_s"] / ref[p]["tok_s"] for p in sel if p in ref]),
+           "identical_to_base": all(sel[p]["token_ids"] == ref[p]["token_ids"] for p in sel if p in ref)}
+    drafted = sum(r.get("drafted", 0) for r in sel.values())
+    if drafted:
+        out["acceptance"] = sum(r["accepted"] for r in sel.values()) / drafted
+        out["tokens_per_round"] = tok / sum(r["rounds"] for r in sel.values())
+    if all("overhead_share" in r for r in sel.values()):
+        out["overhead_share"] = sum(r["overhead_share"] * r["wall_s"] for r in sel.values()) / wall
+    return out
 
 
 def main(argv=None) -> int:
+    defaults = GenerationConfig()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help="how many of the built-in prompts")
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--quick", action="store_true", help="3 prompts x 48 tokens, no sweeps")
+    ap.add_argument("--k", type=int, default=defaults.k)
+    ap.add_argument("--confidence", type=float, default=defaults.confidence)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (48 with --quick)")
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k)
-    pair = load_pair(device=args.device, dtype=args.dtype,
-                     progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr, flush=True))
-    env = environment(pair.device, pair.dtype)
-    ours(pair, "def warmup():", GenerationConfig(max_new_tokens=8, k=args.k), "model")  # page in weights
+    code, prose = (CODE[:2], PROSE[:1]) if args.quick else (CODE, PROSE)
+    n = args.max_new_tokens or (48 if args.quick else 128)
+    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
+    cfg = GenerationConfig(max_new_tokens=n, k=args.k, confidence=args.confidence)
+    sampled = GenerationConfig(max_new_tokens=n, k=args.k, confidence=args.confidence, sampling=SAMPLED)
 
-    methods = {
-        "verifier only (ours)": lambda p: ours(pair, p, cfg, "none"),
-        "speculative, draft model (ours)": lambda p: ours(pair, p, cfg, "model"),
-        "speculative, prompt lookup (ours)": lambda p: ours(pair, p, cfg, "lookup"),
-        "transformers generate()": lambda p: hf(pair, p, cfg, assisted=False),
-        "transformers assisted generation": lambda p: hf(pair, p, cfg, assisted=True),
-    }
+    memory = peak_memory_of_default_run(16)
+    log(f"peak resident memory of a default run: {memory:.2f} GiB")
+    pair = load_pair(precision=args.precision, k=args.k)
+    env = environment(pair)
+    ours(pair, "def warmup():", GenerationConfig(max_new_tokens=8), "model")
     rows = []
-    for prompt in PROMPTS[: args.prompts]:
-        reference = None
-        for name, fn in methods.items():
-            r = fn(prompt)
-            reference = reference or r["token_ids"]
-            r.update(method=name, prompt=prompt, identical_to_verifier_only=r["token_ids"] == reference)
-            rows.append(r)
-            print(f"{name:36s} {r['tok_s']:6.2f} tok/s  {r['tokens']} tokens  "
-                  f"identical={r['identical_to_verifier_only']}  {prompt[:40]}", file=sys.stderr, flush=True)
 
-    summary = summarize_runs(rows, list(methods))
-    out = args.out or ROOT / "benchmarks" / "results" / f"throughput-{env['device']}-{env['dtype']}.json"
-    write_json(out, {"benchmark": "throughput", **env,
-                     "settings": {"k": args.k, "max_new_tokens": args.max_new_tokens, "temperature": 0.0,
-                                  "prompts": PROMPTS[: args.prompts]},
-                     "summary": summary, "runs": rows})
-    print(f"wrote {out}", file=sys.stderr)
+    def record(method, prompt, r):
+        r.update(method=method, prompt=prompt)
+        rows.append(r)
+        log(f"{method:44s} {r['tok_s']:6.2f} tok/s  {r['tokens']:4d} tokens  {prompt[:40]}")
+
+    for prompt in code + prose:
+        record("verifier only (ours)", prompt, ours(pair, prompt, cfg, "none"))
+        record("speculative, draft model (ours)", prompt, ours(pair, prompt, cfg, "model"))
+        record("speculative, prompt lookup (ours)", prompt, ours(pair, prompt, cfg, "lookup"))
+    for prompt in code:
+        record("verifier only, T=0.7 top-p 0.95 (ours)", prompt, ours(pair, prompt, sampled, "none"))
+        record("speculative, T=0.7 top-p 0.95 (ours)", prompt, ours(pair, prompt, sampled, "model"))
+    if not args.quick:
+        for k, conf in [(4, 0.0), (6, 0.0), (6, 0.4), (8, 0.6)]:
+            sweep = GenerationConfig(max_new_tokens=n, k=k, confidence=conf)
+            for prompt in code[:3] + prose[:1]:
+                record(f"sweep: K={k}, confidence {conf}", prompt, ours(pair, prompt, sweep, "model"))
+
+    llama, why_not = llama_cpp_runner(torch.get_num_threads())
+    if llama is not None:
+        for prompt in code + prose:
+            record("llama.cpp greedy (same GGUF)", prompt, llama(pair, prompt, n))
+
+    # transformers on the very same weights and kernels: its own forward, our packed Linear layers.
+    hf_prompts = code[:2]
+    directory = {role: cache_root() / EMBEDDED[name].sha256[:16] / "converted-float32"
+                 for role, name in (("target", pair.target_name), ("draft", pair.draft_name))}
+    hf = load_pair(str(directory["target"]), str(directory["draft"]), "cpu", pair.precision.name, k=args.k)
+    # name: assistant settings (None: no assistant). Each run sets them on the draft's generation_config.
+    settings = {"transformers greedy": None, "transformers assisted (its defaults)": {}}
+    if not args.quick:
+        settings.update({f"transformers assisted ({sched} {k}, confidence {c})": {
+            "num_assistant_tokens": k, "num_assistant_tokens_schedule": sched, "assistant_confidence_threshold": c}
+            for sched, k, c in [("constant", 4, 0.0), ("constant", 6, 0.4), ("heuristic", 6, 0.4)]})
+    for name, assist in settings.items():
+        if assist:
+            hf.draft.generation_config.update(**assist)
+        for prompt in hf_prompts:
+            draft = hf.draft if assist is not None else None
+            record(name, prompt, transformers_generate(hf.target, draft, pair, prompt, n))
+    del hf
+
+    base = "verifier only (ours)"
+    summary = {"code": {}, "prose": {}, "code, T=0.7 top-p 0.95": {}}
+    for method in dict.fromkeys(r["method"] for r in rows):
+        if "T=0.7" in method:
+            summary["code, T=0.7 top-p 0.95"][method] = aggregate(rows, method, "verifier only, T=0.7 top-p 0.95 (ours)", code)
+            continue
+        summary["code"][method] = aggregate(rows, method, base, code)
+        if method.startswith("transformers"):
+            continue
+        summary["prose"][method] = aggregate(rows, method, base, prose)
+    summary = {k: {m: e for m, e in v.items() if e} for k, v in summary.items()}
+    spec = "speculative, draft model (ours)"
+    best_assisted = max((m for m in summary["code"] if m.startswith("transformers assisted")),
+                        key=lambda m: summary["code"][m]["tok_s"])
+    ours_on_hf_prompts = aggregate(rows, spec, base, hf_prompts)["tok_s"]
+    headline = {
+        "speculative vs verifier-only, code (geomean)": summary["code"][spec]["speedup_geomean"],
+        "speculative vs verifier-only, prose (geomean)": summary["prose"][spec]["speedup_geomean"],
+        "speculative vs verifier-only, code, T=0.7 (geomean)":
+            summary["code, T=0.7 top-p 0.95"]["speculative, T=0.7 top-p 0.95 (ours)"]["speedup_geomean"],
+        f"speculative vs best transformers assisted ({best_assisted})":
+            ours_on_hf_prompts / summary["code"][best_assisted]["tok_s"],
+        "peak resident memory, default run (GiB)": memory,
+        "time outside model forwards, speculative": summary["code"][spec].get("overhead_share"),
+    }
+    if llama is not None:
+        ll = aggregate(rows, "llama.cpp greedy (same GGUF)", base, code + prose)["tok_s"]
+        headline["verifier-only vs llama.cpp greedy"] = aggregate(rows, base, base, code + prose)["tok_s"] / ll
+        headline["speculative vs llama.cpp greedy"] = aggregate(rows, spec, base, code + prose)["tok_s"] / ll
+    log("measuring fidelity against the float32 dequantized models")
+    fid = {} if args.quick else fidelity(pair, [p for p in cpu_candidates() if p != "float32"])
+    out = args.out or ROOT / "benchmarks" / "results" / f"throughput-{env['cpu_slug']}.json"
+    write_json(out, {"benchmark": "throughput", **env, "quick": args.quick,
+                     "llama_cpp": "measured" if llama is not None else why_not,
+                     "settings": {"k": args.k, "confidence": args.confidence, "max_new_tokens": n,
+                                  "code_prompts": code, "prose_prompts": prose,
+                                  "sampled": {"temperature": SAMPLED.temperature, "top_p": SAMPLED.top_p},
+                                  "transformers_prompts": hf_prompts},
+                     "headline": headline, "summary": summary, "fidelity": fid, "runs": rows})
+    log(f"wrote {out}")
     return 0
 
 

@@ -27,9 +27,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "app.png")
     parser.add_argument("--max-new-tokens", type=int, default=40)
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--precision", default="auto")
     args = parser.parse_args()
-    loader = h.Loader(DEFAULT_TARGET, DEFAULT_DRAFT, "auto", args.dtype).start()
+    loader = h.Loader(DEFAULT_TARGET, DEFAULT_DRAFT, "auto", args.precision).start()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -7,19 +7,26 @@ an all-accepted round (it never fed its own K-th token) and catches up in its ne
 So the last committed token is always the first input of the next round, and no forward pass is
 spent "re-preparing" logits.
 
-Rollback goes through the cache API (``DynamicCache.crop``), never by slicing per-layer tensors;
-a cache that cannot be cropped is refused loudly.
+Rollback goes through the cache API (``crop``, of ``DynamicCache`` or of the lean Qwen2 forward's
+:class:`~specdec.qwen2.KVCache`), never by slicing per-layer tensors; a cache that cannot be
+cropped is refused loudly.
 """
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
 
+from .qwen2 import LeanQwen2
+
 
 class CachedLM:
     def __init__(self, model, vocab_size: int):
         self.model = model
         self.vocab_size = vocab_size  # shared vocabulary V: padding rows beyond it are sliced off
+        self.lean = isinstance(model, LeanQwen2)
+        if self.lean:
+            self.device, self.cache = torch.device("cpu"), model.new_cache()
+            return
         self.device = next(model.parameters()).device
         self.cache = DynamicCache(config=model.config)
         if not self.cache.is_croppable:
@@ -32,6 +39,8 @@ class CachedLM:
     @torch.inference_mode()
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append ``ids`` (T,) to the cache; return the logits of the last ``keep`` of them, (keep, V)."""
+        if self.lean:
+            return self.model(torch.tensor(ids, dtype=torch.long), self.cache, keep)[:, : self.vocab_size]
         x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
         out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep)
         return out.logits[0, -keep:, : self.vocab_size]  # (keep, V)

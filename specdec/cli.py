@@ -12,6 +12,7 @@ import sys
 from .config import ConfigError, GenerationConfig, SamplingConfig, validate_prompt
 from .engine import DRAFTERS, Generation, start
 from .models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelLoadError, load_pair
+from .precision import PRECISIONS
 from .render import first_difference, trace_json
 
 
@@ -21,14 +22,20 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model (default {DEFAULT_DRAFT})")
     common.add_argument("--target", default=DEFAULT_TARGET, help=f"verifier model (default {DEFAULT_TARGET})")
     common.add_argument("--drafter", default="model", choices=DRAFTERS, help="who drafts (default model)")
-    common.add_argument("--k", type=int, default=4, help="drafted tokens per round, 1..32 (default 4)")
+    defaults = GenerationConfig()
+    common.add_argument("--k", type=int, default=defaults.k,
+                        help=f"most drafted tokens per round, 1..32 (default {defaults.k})")
+    common.add_argument("--confidence", type=float, default=defaults.confidence,
+                        help="stop drafting after a token the draft gives less than this probability; "
+                             f"0 = always K (default {defaults.confidence})")
     common.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default 0)")
     common.add_argument("--top-k", type=int, default=0, help="0 disables (default 0)")
     common.add_argument("--top-p", type=float, default=1.0, help="in (0, 1] (default 1.0)")
     common.add_argument("--seed", type=int, default=0)
     common.add_argument("--max-new-tokens", type=int, default=64)
     common.add_argument("--device", default="auto", help="auto (MPS, then CUDA, then CPU), cpu, cuda or mps")
-    common.add_argument("--dtype", default="auto", help="auto (per-device default), float32, bfloat16, float16")
+    common.add_argument("--precision", default="auto",
+                        help=f"weights and kernels: {', '.join(PRECISIONS)} (default auto: measured per machine)")
     common.add_argument("--no-chat-template", action="store_true", help="feed the prompt raw")
     common.add_argument("--sync-timing", action="store_true", help="synchronise the device around each phase")
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -40,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args) -> GenerationConfig:
-    return GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, seed=args.seed,
+    return GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, confidence=args.confidence, seed=args.seed,
                             sync_timing=args.sync_timing,
                             sampling=SamplingConfig(args.temperature, args.top_k, args.top_p))
 
@@ -65,12 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _config(args)
         validate_prompt(args.prompt)
         pair = load_pair(args.target, args.draft if args.drafter == "model" else None,
-                         args.device, args.dtype, progress=log)
+                         args.device, args.precision, progress=log, k=cfg.k)
+        print(f"precision {pair.precision.reason}", file=sys.stderr)
         settings = {"target": args.target, "draft": args.draft if args.drafter == "model" else None,
-                    "drafter": args.drafter, "k": cfg.k, "temperature": cfg.sampling.temperature,
+                    "drafter": args.drafter, "k": cfg.k, "confidence": cfg.confidence, "temperature": cfg.sampling.temperature,
                     "top_k": cfg.sampling.top_k, "top_p": cfg.sampling.top_p, "seed": cfg.seed,
                     "max_new_tokens": cfg.max_new_tokens, "device": str(pair.device),
-                    "dtype": str(pair.dtype).removeprefix("torch."), "chat_template": not args.no_chat_template}
+                    "precision": pair.precision.name, "chat_template": not args.no_chat_template}
         chat = not args.no_chat_template
         if args.command == "generate":
             gen = start(pair, args.prompt, cfg, args.drafter, chat).run()

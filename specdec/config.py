@@ -52,16 +52,23 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """One generation run. ``k`` is the number of drafted tokens per round (ignored by the baseline)."""
+    """One generation run. ``k`` is the most drafted tokens per round (ignored by the baseline);
+    ``confidence`` > 0 makes drafting adaptive: a model draft stops early after a token whose
+    untempered draft probability is below it (transformers' ``assistant_confidence_threshold``).
+    The draft length then depends only on the draft, so the rule stays lossless."""
 
     max_new_tokens: int = 64
-    k: int = 4
+    k: int = 6             # defaults measured on the embedded pair: benchmarks/results, README "Speed"
+    confidence: float = 0.6
     seed: int = 0
     sampling: SamplingConfig = SamplingConfig()
     sync_timing: bool = False  # synchronise the device around each phase for exact per-phase times
 
     def __post_init__(self):
         _require(_is_int(self.k) and 1 <= self.k <= MAX_K, "k", f"an integer in [1, {MAX_K}]", self.k)
+        c = self.confidence
+        _require(isinstance(c, (int, float)) and not isinstance(c, bool) and 0 <= c < 1,
+                 "confidence", "a number in [0, 1), 0 for a constant K", c)
         _require(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
                  "max_new_tokens", "an integer >= 1", self.max_new_tokens)
         _require(_is_int(self.seed) and 0 <= self.seed < 2**63, "seed", "an integer in [0, 2^63)", self.seed)

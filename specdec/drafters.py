@@ -32,7 +32,7 @@ class Drafter:
     cache: CachedLM | None = None
 
     def propose(self, committed: list[int], k: int, sampling: SamplingConfig,
-                generator: torch.Generator) -> Proposal:
+                generator: torch.Generator, confidence: float = 0.0) -> Proposal:
         raise NotImplementedError
 
     def prefill(self, prompt: list[int]) -> None:
@@ -50,7 +50,7 @@ class NoDrafter(Drafter):
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
 
-    def propose(self, committed, k, sampling, generator) -> Proposal:
+    def propose(self, committed, k, sampling, generator, confidence=0.0) -> Proposal:
         return Proposal([], torch.zeros(0, self.vocab_size))
 
 
@@ -60,7 +60,7 @@ class ModelDrafter(Drafter):
     def __init__(self, model, vocab_size: int):
         self.cache = CachedLM(model, vocab_size)
 
-    def propose(self, committed, k, sampling, generator) -> Proposal:
+    def propose(self, committed, k, sampling, generator, confidence=0.0) -> Proposal:
         feed = committed[len(self.cache):]  # the last committed token, plus a token it missed
         tokens, dists, forward_s = [], [], 0.0
         for _ in range(k):
@@ -72,6 +72,9 @@ class ModelDrafter(Drafter):
             tokens.append(token)
             dists.append(q)
             feed = [token]
+            # max softmax probability, from the raw logits so that it means the same at any temperature
+            if confidence and float(torch.exp(-torch.logsumexp(logits[0] - logits[0].max(), -1))) < confidence:
+                break
         return Proposal(tokens, torch.cat(dists) if dists else torch.zeros(0, self.cache.vocab_size), forward_s)
 
 
@@ -83,7 +86,7 @@ class LookupDrafter(Drafter):
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
         self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
 
-    def propose(self, committed, k, sampling, generator) -> Proposal:
+    def propose(self, committed, k, sampling, generator, confidence=0.0) -> Proposal:
         tokens = self._lookup(committed, k)
         probs = torch.zeros(len(tokens), self.vocab_size)  # (K, V)
         if tokens:

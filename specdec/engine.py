@@ -98,7 +98,7 @@ class Generation:
                 return
             t0 = self._clock()
             # 1. draft up to K tokens (fewer when the round could overrun the budget or the context)
-            proposal = drafter.propose(committed, min(cfg.k, room - 1), s, generator)
+            proposal = drafter.propose(committed, min(cfg.k, room - 1), s, generator, cfg.confidence)
             drafted = proposal.tokens
             k = len(drafted)
             t1 = self._clock()

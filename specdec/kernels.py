@@ -1,39 +1,213 @@
-"""One CPU performance fix that speculative decoding depends on.
+"""Linear layers that know their representation, after gpt-fast's ``quantize.py``.
 
-Verifying K drafts costs one forward over K+1 positions, which pays off only if that forward
-costs about as much as a one-token forward. On CPUs without native bf16 matmuls (AVX2 machines,
-such as the 2-core box the README measures on) two things break that: bf16/fp16 matmuls are
-emulated and cost grows linearly with the rows; and in float32, ``F.linear`` (x @ W^T) hits a
-slow MKL path for 2-16 rows, costing 2.5-5x a single row. Computing (W @ x^T)^T instead takes
-MKL's fast path: 5 rows cost ~1.5x one row. Same maths, same weights; only the summation
-kernel differs, at float32 rounding level.
+Speculative decoding pays off only if (a) a verifier forward over K+1 rows costs about what a
+1-row forward costs and (b) the draft is cheap. On a 2-core CPU both hinge on the matmul kernel,
+and the fastest kernel differs by machine (AVX2 without native bf16, AVX512-BF16, AMX, Apple),
+so each representation lives behind one small interface and :mod:`specdec.precision` picks one
+per machine by capability checks and a cached one-time measurement. Representations:
+
+* ``float32``      ``F.linear``; on some CPUs ``(W @ x^T)^T`` takes a faster MKL path for 2-16
+                   rows, so the orientation is chosen by measurement (``transposed``).
+* ``bfloat16``     dense bf16 weights and activations (only where the CPU has native bf16).
+* ``int8``         weights int8 per output channel, activations int8 per row: fbgemm's integer
+                   GEMM (the same W8A8 scheme as llama.cpp's Q8 activation dot products). Integer
+                   accumulation is exact, and each row gets its own activation scale, so a row's
+                   result does not depend on which other rows share the batch: the verifier's
+                   K+1-row forward and its 1-row forward agree exactly in these layers.
+* ``int4``         weights int4 in groups of 32 with a scale and a minimum per group (GGUF Q4_K's
+                   layout), torch's ``_weight_int4pack_mm_for_cpu`` with bf16 activations.
+
+Every module stores plain tensors (``state``) so converted weights can be cached as safetensors
+and rebuilt (``from_state``) without the float32 original.
 """
 from __future__ import annotations
-
-import types
 
 import torch
 import torch.nn.functional as F
 
-SMALL_ROWS = 64  # beyond this, ordinary gemm is efficient anyway
+SMALL_ROWS = 64  # beyond this, F.linear's ordinary gemm is efficient on every CPU we met
+GROUP = 32       # int4 group size: one scale and one minimum per 32 weights, as in GGUF Q4_K
 
 
-def _linear_small_rows(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    rows = x.numel() // x.shape[-1]
-    if rows > SMALL_ROWS:
-        return F.linear(x, self.weight, self.bias)
-    y = (self.weight @ x.reshape(rows, x.shape[-1]).T).T  # (rows, out)
-    if self.bias is not None:
-        y = y + self.bias
-    return y.reshape(*x.shape[:-1], self.out_features)
+class PackedLinear(torch.nn.Module):
+    """Interface: ``forward`` maps (..., in) float32 to (..., out) float32, bias included;
+    ``state`` round-trips the weights (the bias travels separately)."""
+
+    kind = "?"
+
+    def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear) -> PackedLinear:
+        return cls.from_weight(linear.weight.detach().float(), linear.bias)
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> PackedLinear:
+        raise NotImplementedError
+
+    def state(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor], bias: torch.Tensor | None) -> PackedLinear:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # the lean forward's only case: no reshapes, a few ops fewer per layer
+            return self._matmul(x)
+        y = self._matmul(x.reshape(-1, self.in_features))                     # (rows, out)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """(rows, in) float32 -> (rows, out) float32 with the bias added."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"{self.kind}, in={self.in_features}, out={self.out_features}, bias={self.bias is not None}"
 
 
-def speed_up_cpu_linears(model: torch.nn.Module) -> int:
-    """Route the float32 CPU Linear layers of ``model`` through the fast small-row path."""
-    patched = 0
-    for module in model.modules():
-        if type(module) is torch.nn.Linear and module.weight.device.type == "cpu" \
-                and module.weight.dtype == torch.float32:
-            module.forward = types.MethodType(_linear_small_rows, module)
-            patched += 1
-    return patched
+class DenseLinear(PackedLinear):
+    """float32 or bfloat16 weights; ``transposed`` computes (W @ x^T)^T for small row counts."""
+
+    def __init__(self, weight: torch.Tensor, bias, transposed: bool = False):
+        super().__init__(weight.shape[1], weight.shape[0], bias)
+        self.weight = weight.contiguous()
+        self.transposed = transposed
+        self.kind = str(weight.dtype).removeprefix("torch.") + (" (W @ x^T)^T" if transposed else "")
+
+    @classmethod
+    def from_weight(cls, weight, bias, dtype: torch.dtype = torch.float32, transposed: bool = False):
+        return cls(weight.to(dtype), bias, transposed)
+
+    def state(self):
+        return {"weight": self.weight}
+
+    @classmethod
+    def from_state(cls, state, bias, transposed: bool = False):
+        return cls(state["weight"], bias, transposed)
+
+    def _matmul(self, x):
+        x = x.to(self.weight.dtype)
+        if self.transposed and x.shape[0] <= SMALL_ROWS:
+            y = (self.weight @ x.T).T
+            return (y if self.bias is None else y + self.bias).float()
+        bias = None if self.bias is None else self.bias.to(self.weight.dtype)
+        return F.linear(x, self.weight, bias).float()
+
+
+class Int8Linear(PackedLinear):
+    """W8A8 through fbgemm: int8 weights per output channel, activations quantised per row.
+
+    fbgemm's dynamic linear picks one activation scale for the whole input from its min and max.
+    With ``batch_invariant`` (the verifier), dividing each row by its own max |x| and appending a
+    pin row holding +1 and -1 fixes that range at [-1, 1], so each row is quantised on its own
+    scale (multiplied back afterwards) and the result of a row is independent of the batch. The
+    draft decodes one row at a time and its numbers need not match anything, so it skips those
+    six small ops. ``reduce_range`` keeps activations to 7 bits so AVX2's 16-bit pairwise
+    products cannot saturate.
+    """
+
+    kind = "int8 (W8A8, fbgemm)"
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, bias, batch_invariant: bool = True):
+        super().__init__(qweight.shape[1], qweight.shape[0], bias)
+        self.batch_invariant = batch_invariant
+        q = torch._make_per_channel_quantized_tensor(
+            qweight.contiguous(), scales.double(), torch.zeros(scales.shape, dtype=torch.long), 0)
+        # the only copy of the weights; the plain path adds the bias inside fbgemm
+        self._packed = torch.ops.quantized.linear_prepack(q, None if batch_invariant else self.bias)
+        self._pin = torch.zeros(1, self.in_features)
+        self._pin[0, :2] = torch.tensor([1.0, -1.0])
+
+    @classmethod
+    def from_weight(cls, weight, bias, batch_invariant: bool = True):
+        qweight = torch.empty(weight.shape, dtype=torch.int8)
+        scales = torch.empty(weight.shape[0])                                         # (out,)
+        # In slices of rows: whole-tensor temporaries of a 151936-row output layer would be GBs.
+        for r in range(0, weight.shape[0], 4096):
+            w = weight[r:r + 4096]
+            scales[r:r + 4096] = (w.abs().amax(1) / 127).clamp_min(1e-12)
+            qweight[r:r + 4096] = (w / scales[r:r + 4096, None]).round_().clamp_(-127, 127)
+        return cls(qweight, scales, bias, batch_invariant)
+
+    def state(self):
+        q, _ = torch.ops.quantized.linear_unpack(self._packed)
+        return {"qweight": q.int_repr(), "scales": q.q_per_channel_scales().float()}
+
+    @classmethod
+    def from_state(cls, state, bias, batch_invariant: bool = True):
+        return cls(state["qweight"], state["scales"], bias, batch_invariant)
+
+    def _matmul(self, x):
+        if not self.batch_invariant:
+            return torch.ops.quantized.linear_dynamic(x, self._packed, True)
+        s = x.abs().amax(-1, keepdim=True).clamp_min(1e-30)                          # (rows, 1)
+        xn = torch.cat([x / s, self._pin])                                           # (rows+1, in)
+        y = torch.ops.quantized.linear_dynamic(xn, self._packed, True)[:-1]          # (rows, out)
+        return y * s if self.bias is None else torch.addcmul(self.bias, y, s)
+
+
+class Fp16Linear(PackedLinear):
+    """float16 weights, float32 activations and accumulation: fbgemm's packed fp16 GEMM. Near
+    float32 results at half the bytes; used where int8 activations lose too much."""
+
+    kind = "float16 weights (fbgemm)"
+
+    def __init__(self, weight: torch.Tensor, bias):
+        super().__init__(weight.shape[1], weight.shape[0], bias)
+        self._packed = torch.ops.quantized.linear_prepack_fp16(weight.float(), self.bias)  # stored as fp16
+
+    @classmethod
+    def from_weight(cls, weight, bias):
+        return cls(weight, bias)
+
+    def state(self):
+        w, _ = torch.ops.quantized.linear_unpack_fp16(self._packed)
+        return {"weight16": w.to(torch.float16)}
+
+    @classmethod
+    def from_state(cls, state, bias):
+        return cls(state["weight16"], bias)
+
+    def _matmul(self, x):
+        return torch.ops.quantized.linear_dynamic_fp16(x, self._packed)
+
+
+class Int4Linear(PackedLinear):
+    """Weight-only int4, groups of 32 along the input with a scale and a minimum each
+    (w = scale * q + min, q in 0..15), torch's CPU int4 kernel on bf16 activations."""
+
+    kind = "int4 (group 32, bf16 activations)"
+
+    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, in_features: int, bias):
+        super().__init__(in_features, packed.shape[0], bias)
+        self.packed, self.scales_and_zeros = packed.contiguous(), scales_and_zeros.contiguous()
+
+    @classmethod
+    def from_weight(cls, weight, bias):
+        out, inp = weight.shape
+        if inp % GROUP:
+            raise ValueError(f"int4 needs in_features divisible by {GROUP} (got {inp})")
+        w = weight.reshape(out, inp // GROUP, GROUP)                                 # (out, G, 32)
+        lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
+        scale = ((hi - lo) / 15).clamp_min(1e-12)
+        q = ((w - lo) / scale).round().clamp(0, 15).to(torch.int32).reshape(out, inp)
+        # torch's layout: w = (q - 8) * scale + zero, so zero = min + 8 * scale.
+        sz = torch.stack([scale[..., 0], (lo + 8 * scale)[..., 0]], -1)              # (out, G, 2)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)            # (out, in/2) uint8
+        return cls(packed, sz.transpose(0, 1).to(torch.bfloat16), inp, bias)
+
+    def state(self):
+        return {"packed": self.packed, "scales_and_zeros": self.scales_and_zeros}
+
+    @classmethod
+    def from_state(cls, state, bias):
+        return cls(state["packed"], state["scales_and_zeros"], state["packed"].shape[1] * 2, bias)
+
+    def _matmul(self, x):
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.to(torch.bfloat16), self.packed, GROUP, self.scales_and_zeros).float()
+        return y if self.bias is None else y + self.bias

@@ -8,21 +8,26 @@ are saved once as safetensors in the same cache, and later loads read those inst
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib
+import json
 import os
 import shutil
 import socket
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from . import qwen2
 from .config import ConfigError, validate_prompt
-from .kernels import speed_up_cpu_linears
+from .kernels import PackedLinear
+from .precision import Precision, choose
 
 Progress = Callable[[float, str], None]  # (fraction in [0, 1], message)
 
@@ -53,13 +58,7 @@ EMBEDDED = {
 }
 DEFAULT_DRAFT = "embedded:qwen2.5-coder-0.5b-instruct"
 DEFAULT_TARGET = "embedded:qwen2.5-coder-1.5b-instruct"
-
-# Per-device default dtypes. CPU: float32, because without native bf16 matmuls (AVX2) bf16 costs
-# grow linearly with the verified rows, and bf16 logits tie often enough to break greedy
-# equivalence; the README gives the measurements. GPUs: half precision, their native speed.
-DEFAULT_DTYPES = {"cuda": torch.bfloat16, "mps": torch.float16, "cpu": torch.float32}
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
+DRAFT_VOCAB = 0  # ids the lean draft scores (0: all); chosen from benchmarks/results, see the README
 
 def cache_root() -> Path:
     from platformdirs import user_cache_dir
@@ -79,14 +78,6 @@ def resolve_device(name: str | None = None) -> torch.device:
     if not ok[kind]:
         raise ConfigError(f"device {name!r} is not available on this machine (use auto or cpu)")
     return torch.device(name)
-
-
-def resolve_dtype(name: str | None, device: torch.device) -> torch.dtype:
-    if name in (None, "", "auto"):
-        return DEFAULT_DTYPES[device.type]
-    if name not in DTYPES:
-        raise ConfigError(f"dtype must be one of auto, {', '.join(DTYPES)} (got {name!r})")
-    return DTYPES[name]
 
 
 def _part_paths(spec: EmbeddedModel) -> list[Path]:
@@ -142,45 +133,118 @@ def _hub_reachable() -> bool:
         return False
 
 
-def _load_embedded(spec: EmbeddedModel, dtype: torch.dtype, progress: Progress | None):
+def _convert_embedded(spec: EmbeddedModel, progress: Progress | None) -> Path:
+    """Directory with config, tokenizer and the dequantized float32 weights, made once."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
     root = cache_root() / spec.sha256[:16]
-    converted = root / f"converted-{str(dtype).removeprefix('torch.')}"
-    if not (converted / "config.json").is_file():
-        gguf = assemble_gguf(spec, root, progress)
-        if progress:
-            progress(0.35, f"{spec.name}: dequantizing GGUF (first load only, ~30-40 s on a small CPU)")
-        # Ask for a plain dense model: transformers 5 can keep GGUF blocks packed behind optional
-        # kernels, which cannot be saved and would make the two loads differ.
-        model = AutoModelForCausalLM.from_pretrained(
-            str(root), gguf_file=gguf.name, dtype=dtype, quantization_config=GgufConfig(dequantize=True))
-        tokenizer = AutoTokenizer.from_pretrained(str(root), gguf_file=gguf.name)
-        model.hf_quantizer = None  # dequantized: nothing of GGUF is left but the tag that blocks saving
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        if progress:
-            progress(0.8, f"{spec.name}: caching converted weights in {converted}")
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".converting-"))
-        try:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            os.replace(tmp, converted)  # the directory appears whole or not at all
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return model, tokenizer
+    converted = root / "converted-float32"
+    if (converted / "config.json").is_file():
+        return converted
+    gguf = assemble_gguf(spec, root, progress)
     if progress:
-        progress(0.5, f"{spec.name}: loading cached converted weights")
-    return (AutoModelForCausalLM.from_pretrained(str(converted), dtype=dtype),
-            AutoTokenizer.from_pretrained(str(converted)))
+        progress(0.35, f"{spec.name}: dequantizing GGUF (first load only, a few minutes on a small CPU)")
+    # Ask for a plain dense model: transformers 5 can keep GGUF blocks packed behind optional
+    # kernels, which cannot be saved and would make the two loads differ.
+    model = AutoModelForCausalLM.from_pretrained(
+        str(root), gguf_file=gguf.name, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True))
+    tokenizer = AutoTokenizer.from_pretrained(str(root), gguf_file=gguf.name)
+    model.hf_quantizer = None  # dequantized: nothing of GGUF is left but the tag that blocks saving
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if progress:
+        progress(0.6, f"{spec.name}: caching converted weights in {converted}")
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".converting-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, converted)  # the directory appears whole or not at all
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return converted
 
 
-def load_model(name: str, dtype: torch.dtype, role: str, progress: Progress | None = None):
-    """Load (model, tokenizer) from an embedded name, a local directory or GGUF file, or a hub id."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+class SafetensorsReader:
+    """One tensor at a time with plain reads: memory-mapping the whole float32 file would count
+    its pages as resident memory (6 GB for the verifier) while the packed layers are built."""
+
+    DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+    def __init__(self, path: Path):
+        self.path = path
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            self.header = {k: v for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+        self.base = 8 + n
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.header
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        info = self.header[key]
+        start, end = info["data_offsets"]
+        out = torch.empty(info["shape"], dtype=self.DTYPES[info["dtype"]])
+        if end - start != out.numel() * out.element_size():
+            raise ModelLoadError(f"{self.path}: tensor {key} has a corrupt header; delete the file to convert again")
+        with open(self.path, "rb") as f:
+            f.seek(self.base + start)
+            f.readinto(out.view(torch.uint8).reshape(-1).numpy())
+        return out
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+
+def draft_head_rows(tokenizer, n: int) -> torch.Tensor | None:
+    """The draft's output rows when it scores only the ``n`` first ids (byte-level BPE assigns
+    ids in merge order, so low ids are the frequent tokens) plus every special token."""
+    if not n:
+        return None
+    special = [i for i in tokenizer.added_tokens_decoder if i >= n]
+    return torch.tensor(sorted(set(range(n)) | set(special)))
+
+
+def _load_lean(directory: Path, precision: Precision, name: str, role: str, progress: Progress | None,
+               draft_vocab: int = 0):
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    config, tokenizer = AutoConfig.from_pretrained(str(directory)), AutoTokenizer.from_pretrained(str(directory))
+    if progress:
+        progress(0.7, f"{name}: building {precision.name} layers")
+    make = partial(precision.linear, batch_invariant=role == "target")
+    rows = draft_head_rows(tokenizer, draft_vocab) if role == "draft" else None
+    model = qwen2.LeanQwen2(config, SafetensorsReader(directory / "model.safetensors"), make, precision.dense_dtype,
+                            rows)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(str(directory))
+    except OSError:
+        model.generation_config = GenerationConfig(eos_token_id=config.eos_token_id)
+    return model, tokenizer
+
+
+def _pack_linears(model: torch.nn.Module, precision: Precision, batch_invariant: bool) -> None:
+    """Swap every nn.Linear of a transformers model for the chosen CPU representation."""
+    for module in list(model.modules()):
+        for child_name, child in list(module.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(module, child_name, precision.linear(child.weight.detach(), child.bias, batch_invariant))
+
+
+def load_model(name: str, device: torch.device, precision: Precision, role: str, progress: Progress | None = None,
+               draft_vocab: int = 0):
+    """Load (model, tokenizer) from an embedded name, a local directory or GGUF file, or a hub id.
+
+    On a CPU a Qwen2 model runs on the lean forward of :mod:`specdec.qwen2`, any other on
+    transformers' with its Linear layers swapped for the chosen representation; on a GPU it is
+    transformers' model in the device's half precision.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    on_cpu = device.type == "cpu"
     if name in EMBEDDED:
-        return _load_embedded(EMBEDDED[name], dtype, progress)
+        directory = _convert_embedded(EMBEDDED[name], progress)
+        if on_cpu and qwen2.supports(AutoConfig.from_pretrained(str(directory))):
+            return _load_lean(directory, precision, name, role, progress, draft_vocab)
+        name = str(directory)
     path = Path(name).expanduser()
-    kwargs: dict = {"dtype": dtype, "trust_remote_code": False}
+    kwargs: dict = {"dtype": torch.float32 if on_cpu else precision.dense_dtype, "trust_remote_code": False}
     if path.is_file() and path.suffix == ".gguf":
         source, kwargs["gguf_file"] = str(path.parent), path.name
     elif path.exists():
@@ -193,12 +257,17 @@ def load_model(name: str, dtype: torch.dtype, role: str, progress: Progress | No
         progress(0.3, f"{role}: loading {name}")
     tok_kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
     try:
-        return AutoModelForCausalLM.from_pretrained(source, **kwargs), AutoTokenizer.from_pretrained(source, **tok_kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(source, **tok_kwargs)
     except (OSError, ValueError) as e:
         raise ModelLoadError(
             f"{role}: cannot load {name!r}: not an embedded model, a local directory or .gguf file, or a model "
             f"reachable on the Hugging Face hub ({str(e).splitlines()[0][:160]}). Embedded models work offline: "
             f"{', '.join(EMBEDDED)}") from None
+    model.to(device).eval()
+    if on_cpu:
+        _pack_linears(model, precision, batch_invariant=role == "target")
+    return model, tokenizer
 
 
 def check_compatible(target_tok, draft_tok, target_rows: int, draft_rows: int) -> int:
@@ -229,13 +298,12 @@ class ModelPair:
     draft_name: str | None = None
     vocab_size: int = 0
     device: torch.device = torch.device("cpu")
-    dtype: torch.dtype = torch.float32
+    precision: Precision = Precision("float32", "")
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # models are shared: serialise use
 
     def __post_init__(self):
         if not self.vocab_size:
-            self.vocab_size = min(m.get_output_embeddings().weight.shape[0]
-                                  for m in (self.target, self.draft) if m is not None)
+            self.vocab_size = min(output_rows(m) for m in (self.target, self.draft) if m is not None)
         configs = [self.target.config] + ([self.draft.config] if self.draft is not None else [])
         self.max_positions = min(getattr(c, "max_position_embeddings", 2048) for c in configs)
         eos = {self.tokenizer.eos_token_id, *_as_list(self.target.generation_config.eos_token_id)}
@@ -261,10 +329,26 @@ class ModelPair:
         return list(ids)
 
     def param_counts(self) -> dict[str, int]:
-        out = {"target": sum(p.numel() for p in self.target.parameters())}
+        """Parameters of the original models (embeddings included), whatever their representation."""
+        out = {"target": _num_parameters(self.target)}
         if self.draft is not None:
-            out["draft"] = sum(p.numel() for p in self.draft.parameters())
+            out["draft"] = _num_parameters(self.draft)
         return out
+
+
+def output_rows(model) -> int:
+    """Rows of the output layer: the vocabulary plus any padding rows."""
+    if isinstance(model, qwen2.LeanQwen2):
+        return model.output_rows()
+    return model.get_output_embeddings().out_features
+
+
+def _num_parameters(model) -> int:
+    if isinstance(model, qwen2.LeanQwen2):
+        return model.num_parameters()
+    return sum(p.numel() for p in model.parameters()) + sum(
+        m.in_features * m.out_features + (m.bias.numel() if m.bias is not None else 0)
+        for m in model.modules() if isinstance(m, PackedLinear))
 
 
 def _as_list(x) -> list:
@@ -275,29 +359,41 @@ _PAIRS: dict[tuple, ModelPair] = {}
 _PAIRS_LOCK = threading.Lock()
 
 
+def _return_freed_memory() -> None:
+    """glibc raises its mmap threshold after large frees, so later large temporaries (the float32
+    weights being packed) come from a heap that is not returned to the system; fixing the
+    threshold at 1 MiB keeps a default run's peak memory close to what the models need."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to do
+
+
 def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, device: str | None = None,
-              dtype: str | None = None, progress: Progress | None = None) -> ModelPair:
-    """Load (once per process) the verifier and the draft model and check they can be paired."""
+              precision: str | None = None, progress: Progress | None = None, k: int = 4,
+              draft_vocab: int = DRAFT_VOCAB) -> ModelPair:
+    """Load (once per process) the verifier and the draft model and check they can be paired.
+
+    ``precision`` is ``auto`` (measured per machine, see :mod:`specdec.precision`) or a name;
+    ``draft_vocab`` > 0 lets a lean draft score only that many ids (0: all)."""
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    key = (target, draft, str(dev), dt)
+    prec = choose(dev, precision, k)
+    if not (isinstance(draft_vocab, int) and draft_vocab >= 0):
+        raise ConfigError(f"draft_vocab must be an integer >= 0, 0 for the full vocabulary (got {draft_vocab!r})")
+    key = (target, draft, str(dev), prec.name, prec.transposed, draft_vocab)
     with _PAIRS_LOCK:
         if key in _PAIRS:
             return _PAIRS[key]
+        _return_freed_memory()
         sub = (lambda lo, hi: (lambda f, m: progress(lo + (hi - lo) * f, m))) if progress else (lambda lo, hi: None)
-        target_model, tokenizer = load_model(target, dt, "target", sub(0.0, 0.5 if draft else 1.0))
+        target_model, tokenizer = load_model(target, dev, prec, "target", sub(0.0, 0.5 if draft else 1.0))
         draft_model = None
         if draft:
-            draft_model, draft_tok = load_model(draft, dt, "draft", sub(0.5, 1.0))
-            vocab = check_compatible(tokenizer, draft_tok, target_model.get_output_embeddings().weight.shape[0],
-                                     draft_model.get_output_embeddings().weight.shape[0])
+            draft_model, draft_tok = load_model(draft, dev, prec, "draft", sub(0.5, 1.0), draft_vocab)
+            vocab = check_compatible(tokenizer, draft_tok, output_rows(target_model), output_rows(draft_model))
         else:
-            vocab = target_model.get_output_embeddings().weight.shape[0]
-        for m in (target_model, draft_model):
-            if m is not None:
-                m.to(dev).eval()
-                speed_up_cpu_linears(m)
-        pair = ModelPair(target_model, tokenizer, draft_model, target, draft, vocab, dev, dt)
+            vocab = output_rows(target_model)
+        pair = ModelPair(target_model, tokenizer, draft_model, target, draft, vocab, dev, prec)
         if progress:
             progress(1.0, "models ready")
         _PAIRS[key] = pair

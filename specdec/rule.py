@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .sampling import draw
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -58,5 +60,5 @@ def verify(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: 
     if greedy:
         next_token = next_dist.argmax(-1)
     else:
-        next_token = torch.multinomial(next_dist, 1, generator=generator).squeeze(-1)
+        next_token = draw(next_dist, generator)
     return Verdict(ratios, uniforms, n_accepted, next_dist, next_token)

@@ -19,7 +19,10 @@ from transformers.generation.logits_process import (
 from .config import SamplingConfig
 
 
-def _warpers(cfg: SamplingConfig) -> LogitsProcessorList:
+NUCLEUS_CANDIDATES = 1024  # top-p looks for the nucleus among this many tokens first
+
+
+def _warpers(cfg: SamplingConfig, vocab: int) -> LogitsProcessorList:
     # Same construction and order as GenerationMixin._get_logits_processor: no-op settings are skipped.
     warpers = LogitsProcessorList()
     if cfg.temperature != 1.0:
@@ -27,8 +30,25 @@ def _warpers(cfg: SamplingConfig) -> LogitsProcessorList:
     if cfg.top_k != 0:
         warpers.append(TopKLogitsWarper(top_k=cfg.top_k, min_tokens_to_keep=1))
     if cfg.top_p < 1.0:
-        warpers.append(TopPLogitsWarper(top_p=cfg.top_p, min_tokens_to_keep=1))
+        top_p = TopPLogitsWarper(top_p=cfg.top_p, min_tokens_to_keep=1)
+        warpers.append(top_p if vocab <= 4 * NUCLEUS_CANDIDATES else lambda ids, s: _top_p(s, cfg.top_p, top_p, ids))
     return warpers
+
+
+def _top_p(scores: torch.Tensor, top_p: float, full, input_ids) -> torch.Tensor:
+    """transformers' TopPLogitsWarper without sorting the whole vocabulary (20 ms per row for
+    152k tokens on a 2-core CPU). It keeps a token iff the probability mass strictly above it is
+    < top_p (its rule: the ascending cumulative mass up to the token is > 1 - top_p), always the
+    top one. When the top candidates hold the nucleus (their mass exceeds top_p with room for
+    rounding), the decision needs only them; otherwise fall back to the full sort."""
+    probs = scores.softmax(-1)                                                 # (N, V)
+    vals, idx = probs.topk(NUCLEUS_CANDIDATES, dim=-1)                         # (N, C) descending
+    if not bool((vals.sum(-1) > top_p + 1e-4).all()):
+        return full(input_ids, scores)
+    keep = (vals.cumsum(-1) - vals) < top_p                                    # (N, C) mass strictly above
+    keep[:, 0] = True
+    out = torch.full_like(scores, float("-inf"))
+    return out.scatter(1, idx, torch.where(keep, scores.gather(1, idx), float("-inf")))
 
 
 def probs_from_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
@@ -38,7 +58,7 @@ def probs_from_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor
     if cfg.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()  # (N, V)
     # The warpers ignore input_ids for these three; an empty placeholder keeps their signature.
-    warped = _warpers(cfg)(torch.empty(logits.shape[0], 0, dtype=torch.long), logits)
+    warped = _warpers(cfg, logits.shape[-1])(torch.empty(logits.shape[0], 0, dtype=torch.long), logits)
     return torch.softmax(warped, dim=-1)  # (N, V)
 
 
@@ -46,4 +66,15 @@ def sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> tor
     """(N, V) probabilities -> (N,) token ids. Greedy is argmax and consumes no randomness."""
     if greedy:
         return probs.argmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return draw(probs, generator)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """(N, V) -> (N,): one sample per row by inverse CDF, one uniform each. ``torch.multinomial``
+    draws one exponential per vocabulary entry (4 ms per row for 152k tokens on 2 cores)."""
+    cdf = probs.cumsum(-1)                                                     # (N, V)
+    u = torch.rand(probs.shape[0], 1, generator=generator) * cdf[:, -1:]      # (N, 1) in [0, total)
+    token = torch.searchsorted(cdf, u, right=True).squeeze(-1)                 # first entry with cdf > u
+    # Rounding can put u at the very top: take the last token that has mass, never one without.
+    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).float().argmax(-1)
+    return torch.minimum(token, last)

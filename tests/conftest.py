@@ -12,14 +12,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ARTIFACTS = ROOT / "test-artifacts"
-# The dtype every real-model test uses; one load serves the CLI, engine and browser tests alike.
-REAL_DTYPE = os.environ.get("SPECDEC_TEST_DTYPE", "float32")
+# The precision every real-model test uses (default: what this machine would pick); one load serves
+# the CLI, engine and browser tests alike.
+REAL_PRECISION = os.environ.get("SPECDEC_TEST_PRECISION", "auto")
 
 
 @pytest.fixture(scope="session")
 def real_pair():
     from specdec import load_pair
-    return load_pair(dtype=REAL_DTYPE, device="cpu")
+    return load_pair(precision=REAL_PRECISION, device="cpu")
 
 
 @pytest.fixture(scope="session")

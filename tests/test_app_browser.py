@@ -38,7 +38,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def url(real_pair):
     loader = h.Loader(real_pair.target_name, real_pair.draft_name, str(real_pair.device),
-                      str(real_pair.dtype).removeprefix("torch.")).start()
+                      real_pair.precision.name).start()
     loader._thread.join()
     assert loader.pair is real_pair  # the memoised pair: no second load
     port = _free_port()
@@ -85,6 +85,7 @@ def tokens(pg) -> list:
 def fill(pg, prompt=FIB, k=4, temperature=0, max_new_tokens=12):
     pg.get_by_label("Prompt", exact=True).fill(prompt)
     pg.get_by_label("K (drafted tokens per round)").fill(str(k))
+    pg.get_by_label("Draft confidence (0 = always K)").fill("0")  # every round drafts exactly K
     pg.get_by_label("Temperature (0 = greedy)").fill(str(temperature))
     pg.get_by_label("Max new tokens").fill(str(max_new_tokens))
 

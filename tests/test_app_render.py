@@ -18,8 +18,9 @@ PROMPT = "w1 w2 w3 w4 w1 w2 w3"
 
 
 def settings(**kw) -> list:
-    """The app's inputs in order: prompt, drafter, K, temperature, top-k, top-p, seed, max new tokens."""
-    s = {"prompt": PROMPT, "drafter": "model", "k": 4, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0,
+    """The app's inputs in order: prompt, drafter, K, draft confidence, temperature, top-k, top-p, seed,
+    max new tokens. Confidence 0: every round drafts exactly K."""
+    s = {"prompt": PROMPT, "drafter": "model", "k": 4, "confidence": 0.0, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0,
          "max_new_tokens": 16} | kw
     return list(s.values())
 

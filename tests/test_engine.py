@@ -51,7 +51,7 @@ def test_trace_is_consistent_and_round_trips_through_json():
             assert abs(p.ratio - p.p / p.q) < 1e-5 and 0 < p.u <= 1 and 0 <= p.beta <= 1 + 1e-6
             assert (p.status == "accepted") == (r.positions.index(p) < r.n_accepted)
     s = gen.summary()
-    assert s.new_tokens == len(gen.token_ids) == 24
+    assert s.new_tokens == len(gen.token_ids) and (s.new_tokens == 24 or gen.stop_reason == "eos")
     assert s.drafted == sum(r.drafted for r in gen.rounds) and s.accepted == sum(r.n_accepted for r in gen.rounds)
     assert sum(s.accepted_histogram) == s.rounds and s.target_forwards == s.rounds + 1
     back = [RoundTrace.from_dict(json.loads(json.dumps(r.to_dict()))) for r in gen.rounds]

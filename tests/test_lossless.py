@@ -97,7 +97,7 @@ def test_multi_round_engine_emits_the_verifier_distribution():
     counts = torch.zeros(n, tiny.V)
     accepted = 0
     for seed in range(runs):
-        cfg = GenerationConfig(max_new_tokens=n, k=2, seed=seed, sampling=sampling)
+        cfg = GenerationConfig(max_new_tokens=n, k=2, confidence=0.0, seed=seed, sampling=sampling)
         gen = Generation(pair, prompt, cfg, make_drafter("model", pair)).run()
         accepted += gen.summary().accepted
         for i, tok in enumerate(gen.token_ids):
@@ -105,3 +105,24 @@ def test_multi_round_engine_emits_the_verifier_distribution():
     assert accepted > runs  # multi-token rounds really happened
     for i in range(n):
         assert tv(counts[i] / runs, exact[i]) < noise_bound(exact[i], runs), f"token {i}"
+
+
+def test_fast_top_p_equals_transformers_on_a_large_vocabulary():
+    """Above 4096 tokens top-p avoids the full sort; it must keep exactly the same tokens."""
+    from transformers.generation.logits_process import TopPLogitsWarper
+    g = torch.Generator().manual_seed(0)
+    for scale, top_p in [(1.0, 0.95), (4.0, 0.9), (8.0, 0.5), (0.2, 0.95)]:  # 0.2: the slow fallback
+        logits = scale * torch.randn(3, 50_000, generator=g)
+        expected = TopPLogitsWarper(top_p=top_p)(torch.empty(3, 0, dtype=torch.long), logits.clone())
+        got = probs_from_logits(logits, SamplingConfig(1.0, 0, top_p))
+        assert torch.equal(got > 0, torch.isfinite(expected))
+        assert torch.allclose(got, torch.softmax(expected, -1))
+
+
+def test_inverse_cdf_draw_matches_the_distribution_and_skips_zero_mass():
+    from specdec.sampling import draw
+    p = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0]])
+    tokens = draw(p.expand(200_000, -1).contiguous(), torch.Generator().manual_seed(0))
+    freq = torch.bincount(tokens, minlength=6).float() / len(tokens)
+    assert freq[[0, 2, 5]].sum() == 0
+    assert (freq - p[0]).abs().max() < 0.005

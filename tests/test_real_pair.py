@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import REAL_DTYPE
+from conftest import REAL_PRECISION
 from specdec import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED
 from specdec.cli import main
 from specdec.models import cache_root
@@ -20,7 +20,7 @@ PROMPTS = [
 
 
 def run_cli(capsys, *args) -> tuple[int, dict | None, str]:
-    code = main([*args, "--device", "cpu", "--dtype", REAL_DTYPE, "--json"])
+    code = main([*args, "--device", "cpu", "--precision", REAL_PRECISION, "--json"])
     out = capsys.readouterr()
     return code, json.loads(out.out) if code == 0 else None, out.err
 
