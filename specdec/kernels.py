@@ -92,7 +92,7 @@ class DenseLinear(PackedLinear):
     def _matmul(self, x):
         x = x.to(self.weight.dtype)
         if self.transposed and x.shape[0] <= SMALL_ROWS:
-            y = (self.weight @ x.T).T
+            y = (self.weight @ x.T).T.contiguous()  # callers may view the rows' last dim as pairs
             return (y if self.bias is None else y + self.bias).float()
         bias = None if self.bias is None else self.bias.to(self.weight.dtype)
         return F.linear(x, self.weight, bias).float()

@@ -15,9 +15,10 @@ def hf_logits(model, ids):
         return model(torch.tensor([ids])).logits[0]
 
 
-def test_float32_lean_forward_equals_transformers():
+@pytest.mark.parametrize("transposed", [False, True])
+def test_float32_lean_forward_equals_transformers(transposed):
     hf = tiny.model(0, scale=4)
-    lean = tiny.lean(hf)
+    lean = tiny.lean(hf, transposed=transposed)
     ids = tiny.prompt_ids(20)
     lm = CachedLM(lean, hf.config.vocab_size)
     got = torch.cat([lm.forward(ids[:12], keep=12), lm.forward(ids[12:13], keep=1), lm.forward(ids[13:], keep=7)])

@@ -52,13 +52,13 @@ def noisy_copy(m: Qwen2ForCausalLM, seed: int, noise: float) -> Qwen2ForCausalLM
     return d
 
 
-def lean(m: Qwen2ForCausalLM, precision: str = "float32", batch_invariant: bool = True):
+def lean(m: Qwen2ForCausalLM, precision: str = "float32", batch_invariant: bool = True, transposed: bool = False):
     """The same weights on specdec's lean Qwen2 forward, in a CPU representation."""
     from functools import partial
 
     from specdec.precision import Precision
     from specdec.qwen2 import LeanQwen2
-    make = partial(Precision(precision, "test").linear, batch_invariant=batch_invariant)
+    make = partial(Precision(precision, "test", transposed).linear, batch_invariant=batch_invariant)
     out = LeanQwen2(m.config, {k: v.detach().clone() for k, v in m.state_dict().items()}, make)
     out.generation_config = m.generation_config
     return out
