@@ -8,9 +8,10 @@ import sysconfig
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM
 
 from specdec.cache import CachedLM
-from specdec.models import EMBEDDED, load_model
+from specdec.models import EMBEDDED, cache_root, load_model
 from specdec.precision import choose
 
 TOKENS = 2048
@@ -34,8 +35,6 @@ def fidelity(pair, precisions: list[str]) -> dict:
     text, source = fixed_text()
     ids = pair.tokenizer(text)["input_ids"][:TOKENS]
     spec = EMBEDDED[pair.target_name]
-    from transformers import AutoModelForCausalLM
-    from specdec.models import cache_root
     reference = AutoModelForCausalLM.from_pretrained(
         str(cache_root() / spec.sha256[:16] / "converted-float32"), dtype=torch.float32).eval()
     ref = logprobs(reference, ids, pair.vocab_size)

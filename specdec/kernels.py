@@ -14,11 +14,12 @@ per machine by capability checks and a cached one-time measurement. Representati
                    accumulation is exact, and each row gets its own activation scale, so a row's
                    result does not depend on which other rows share the batch: the verifier's
                    K+1-row forward and its 1-row forward agree exactly in these layers.
+* ``float16``      fp16 weights, float32 activations and accumulation: fbgemm's packed GEMM.
 * ``int4``         weights int4 in groups of 32 with a scale and a minimum per group (GGUF Q4_K's
                    layout), torch's ``_weight_int4pack_mm_for_cpu`` with bf16 activations.
 
-Every module stores plain tensors (``state``) so converted weights can be cached as safetensors
-and rebuilt (``from_state``) without the float32 original.
+Every module exposes the weights it really holds as plain tensors (``state``) and can be rebuilt
+from them (``from_state``): the tests compare each against its dequantised reference.
 """
 from __future__ import annotations
 
@@ -39,10 +40,6 @@ class PackedLinear(torch.nn.Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.bias = None if bias is None else bias.detach().float().contiguous()
-
-    @classmethod
-    def from_linear(cls, linear: torch.nn.Linear) -> PackedLinear:
-        return cls.from_weight(linear.weight.detach().float(), linear.bias)
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> PackedLinear:

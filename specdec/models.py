@@ -58,7 +58,8 @@ EMBEDDED = {
 }
 DEFAULT_DRAFT = "embedded:qwen2.5-coder-0.5b-instruct"
 DEFAULT_TARGET = "embedded:qwen2.5-coder-1.5b-instruct"
-DRAFT_VOCAB = 0  # ids the lean draft scores (0: all); chosen from benchmarks/results, see the README
+DRAFT_VOCAB = 0  # ids the lean draft scores (0: all); a cut showed no clear gain (README levers table)
+
 
 def cache_root() -> Path:
     from platformdirs import user_cache_dir
@@ -190,9 +191,6 @@ class SafetensorsReader:
             f.readinto(out.view(torch.uint8).reshape(-1).numpy())
         return out
 
-    def get(self, key: str, default=None):
-        return self[key] if key in self else default
-
 
 def draft_head_rows(tokenizer, n: int) -> torch.Tensor | None:
     """The draft's output rows when it scores only the ``n`` first ids (byte-level BPE assigns
@@ -203,10 +201,10 @@ def draft_head_rows(tokenizer, n: int) -> torch.Tensor | None:
     return torch.tensor(sorted(set(range(n)) | set(special)))
 
 
-def _load_lean(directory: Path, precision: Precision, name: str, role: str, progress: Progress | None,
+def _load_lean(directory: Path, config, precision: Precision, name: str, role: str, progress: Progress | None,
                draft_vocab: int = 0):
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-    config, tokenizer = AutoConfig.from_pretrained(str(directory)), AutoTokenizer.from_pretrained(str(directory))
+    from transformers import AutoTokenizer, GenerationConfig
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
     if progress:
         progress(0.7, f"{name}: building {precision.name} layers")
     make = partial(precision.linear, batch_invariant=role == "target")
@@ -240,8 +238,9 @@ def load_model(name: str, device: torch.device, precision: Precision, role: str,
     on_cpu = device.type == "cpu"
     if name in EMBEDDED:
         directory = _convert_embedded(EMBEDDED[name], progress)
-        if on_cpu and qwen2.supports(AutoConfig.from_pretrained(str(directory))):
-            return _load_lean(directory, precision, name, role, progress, draft_vocab)
+        config = AutoConfig.from_pretrained(str(directory))
+        if on_cpu and qwen2.supports(config):
+            return _load_lean(directory, config, precision, name, role, progress, draft_vocab)
         name = str(directory)
     path = Path(name).expanduser()
     kwargs: dict = {"dtype": torch.float32 if on_cpu else precision.dense_dtype, "trust_remote_code": False}

@@ -78,9 +78,6 @@ class KVCache:
         self.k = [torch.empty(shape.kv_heads, capacity, shape.head_dim, dtype=dtype) for _ in range(shape.layers)]
         self.v = [torch.empty_like(t) for t in self.k]
 
-    def __len__(self) -> int:
-        return self.length
-
     def reserve(self, n: int) -> None:
         cap = self.k[0].shape[1]
         if n <= cap:
@@ -174,8 +171,7 @@ class LeanQwen2(torch.nn.Module):
         # it samples from, so the rule stays lossless; only acceptance can change.
         self.head_rows = head_rows
         self.head = make(head if head_rows is None else head[head_rows], None)
-        inv_freq = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim)
-        self.inv_freq = inv_freq
+        self.inv_freq = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim)
         self._rope_table(1024)
 
     def _rope_table(self, n: int) -> None:
