@@ -1,18 +1,21 @@
 # Two front-door commands; each creates .venv and installs what it needs first.
 #   make app    set up and run the app on the embedded default models (http://127.0.0.1:7860)
 #   make test   set up and run every test (installs test tools and a headless Chromium if missing)
+# More: make test-fast (tiny-model tests only, seconds), make mutants (plant bugs, check the
+# fast tests catch each), make bench, make cli.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: app test setup setup-dev browser cli bench clean
+.PHONY: app test test-fast mutants setup setup-dev browser cli bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 
-$(VENV)/.runtime: requirements.txt | $(PY)
+$(VENV)/.runtime: requirements.txt pyproject.toml | $(PY)
 	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-deps -e .
 	touch $@
 
 $(VENV)/.dev: requirements-dev.txt requirements.txt $(VENV)/.runtime
@@ -23,13 +26,19 @@ setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
 
 browser: setup-dev
-	bash scripts/ensure-browser.sh
+	$(PY) -m specdec_ui.browser --ensure
 
 app: setup
 	$(PY) app.py $(ARGS)
 
 test: setup-dev browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup-dev
+	$(PY) -m pytest -m "not real and not browser" $(PYTEST_ARGS)
+
+mutants: setup-dev
+	$(PY) scripts/mutants.py $(ARGS)
 
 cli: setup
 	$(PY) -m specdec generate --prompt "Write a Python function that checks whether a number is prime."

@@ -11,7 +11,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from specdec.cache import CachedLM
-from specdec.models import EMBEDDED, cache_root, load_model
+from specdec.embedded import EMBEDDED, cache_root
+from specdec.models import load_model
 from specdec.precision import choose
 
 TOKENS = 2048

@@ -15,7 +15,8 @@ import torch
 
 from benchmarks.common import ROOT, environment, write_json
 from specdec.cache import CachedLM
-from specdec.models import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, cache_root, load_model, load_pair
+from specdec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, cache_root
+from specdec.models import load_model, load_pair
 from specdec.precision import Precision, choose, cpu_candidates
 
 ROWS = (1, 2, 3, 5, 7)

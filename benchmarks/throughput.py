@@ -19,8 +19,9 @@ import torch
 
 from benchmarks.common import ROOT, environment, write_json
 from benchmarks.fidelity import fidelity
-from specdec import GenerationConfig, SamplingConfig, load_pair, start
-from specdec.models import EMBEDDED, cache_root
+from specdec import DecodeConfig, Generation, SamplingConfig, load_pair
+from specdec.embedded import EMBEDDED, cache_root
+from specdec.settings import add_model_arguments, models_from_args
 from specdec.precision import cpu_candidates
 
 CODE = [
@@ -39,7 +40,7 @@ SAMPLED = SamplingConfig(temperature=0.7, top_p=0.95)
 
 
 def ours(pair, prompt, cfg, drafter):
-    gen = start(pair, prompt, cfg, drafter).run()
+    gen = Generation.from_prompt(pair, prompt, cfg, drafter).run()
     s = gen.summary()
     return {"tokens": s.new_tokens, "wall_s": s.wall_s, "tok_s": s.tokens_per_s, "rounds": s.rounds,
             "target_forwards": s.target_forwards, "drafted": s.drafted, "accepted": s.accepted,
@@ -117,26 +118,26 @@ def aggregate(rows: list[dict], method: str, base: str, prompts: list[str]) -> d
 
 
 def main(argv=None) -> int:
-    defaults = GenerationConfig()
+    defaults = DecodeConfig()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 prompts x 48 tokens, no sweeps")
     ap.add_argument("--k", type=int, default=defaults.k)
     ap.add_argument("--confidence", type=float, default=defaults.confidence)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (48 with --quick)")
-    ap.add_argument("--precision", default="auto")
+    add_model_arguments(ap)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     code, prose = (CODE[:2], PROSE[:1]) if args.quick else (CODE, PROSE)
     n = args.max_new_tokens or (48 if args.quick else 128)
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
-    cfg = GenerationConfig(max_new_tokens=n, k=args.k, confidence=args.confidence)
-    sampled = GenerationConfig(max_new_tokens=n, k=args.k, confidence=args.confidence, sampling=SAMPLED)
+    cfg = DecodeConfig(max_new_tokens=n, k=args.k, confidence=args.confidence)
+    sampled = DecodeConfig(max_new_tokens=n, k=args.k, confidence=args.confidence, sampling=SAMPLED)
 
     memory = peak_memory_of_default_run(16)
     log(f"peak resident memory of a default run: {memory:.2f} GiB")
-    pair = load_pair(precision=args.precision, k=args.k)
+    pair = models_from_args(args).load(k=args.k)
     env = environment(pair)
-    ours(pair, "def warmup():", GenerationConfig(max_new_tokens=8), "model")
+    ours(pair, "def warmup():", DecodeConfig(max_new_tokens=8), "model")
     rows = []
 
     def record(method, prompt, r):
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
         record("speculative, T=0.7 top-p 0.95 (ours)", prompt, ours(pair, prompt, sampled, "model"))
     if not args.quick:
         for k, conf in [(4, 0.0), (6, 0.0), (6, 0.4), (8, 0.6)]:
-            sweep = GenerationConfig(max_new_tokens=n, k=k, confidence=conf)
+            sweep = DecodeConfig(max_new_tokens=n, k=k, confidence=conf)
             for prompt in code[:3] + prose[:1]:
                 record(f"sweep: K={k}, confidence {conf}", prompt, ours(pair, prompt, sweep, "model"))
 

@@ -1,14 +1,18 @@
 """specdec: speculative decoding you can see and measure (Leviathan et al. 2023; Chen et al. 2023)."""
-from .config import ConfigError, GenerationConfig, SamplingConfig
+from .config import ConfigError, DecodeConfig, SamplingConfig
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NoDrafter, Proposal
-from .engine import DRAFTERS, Generation, make_drafter, start
-from .models import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, ModelLoadError, ModelPair, load_pair
-from .rule import Verdict, verify
-from .trace import DraftPosition, PhaseTimes, RoundTrace, RunSummary, TokenProb, summarize
+from .embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, ModelLoadError
+from .engine import Generation, make_drafter
+from .models import ModelPair, load_pair
+from .rule import DrafterContractError, Verdict, verify
+from .sampling import NumericalError
+from .settings import DRAFTERS, ModelChoice, RunSettings
+from .trace import DraftPosition, PhaseTimes, RoundTrace, RunSummary, TokenProb, TraceFile, summarize
 
 __all__ = [
-    "ConfigError", "GenerationConfig", "SamplingConfig", "Drafter", "LookupDrafter", "ModelDrafter",
-    "NoDrafter", "Proposal", "DRAFTERS", "Generation", "make_drafter", "start", "DEFAULT_DRAFT",
-    "DEFAULT_TARGET", "EMBEDDED", "ModelLoadError", "ModelPair", "load_pair", "Verdict", "verify",
-    "DraftPosition", "PhaseTimes", "RoundTrace", "RunSummary", "TokenProb", "summarize",
+    "ConfigError", "DecodeConfig", "SamplingConfig", "Drafter", "LookupDrafter", "ModelDrafter", "NoDrafter",
+    "Proposal", "DEFAULT_DRAFT", "DEFAULT_TARGET", "EMBEDDED", "ModelLoadError", "Generation", "make_drafter",
+    "ModelPair", "load_pair", "DrafterContractError", "Verdict", "verify", "NumericalError", "DRAFTERS",
+    "ModelChoice", "RunSettings", "DraftPosition", "PhaseTimes", "RoundTrace", "RunSummary", "TokenProb",
+    "TraceFile", "summarize",
 ]

@@ -1,15 +1,15 @@
 """A causal LM together with its KV cache, and the one cache invariant of the engine.
 
 Invariant (checked in :meth:`CachedLM.rollback`, the only place a cache shrinks): after every
-round each cache holds a *prefix of the committed tokens that stops before the last one*. The
-verifier's holds exactly all committed tokens but the last; the draft's may be one shorter after
+round each cache holds a *prefix of the context (prompt and emitted tokens) that stops before
+its last token*. The verifier's holds exactly the whole context but the last token; the draft's may be one shorter after
 an all-accepted round (it never fed its own K-th token) and catches up in its next forward.
-So the last committed token is always the first input of the next round, and no forward pass is
+So the last context token is always the first input of the next round, and no forward pass is
 spent "re-preparing" logits.
 
 Rollback goes through the cache API (``crop``, of ``DynamicCache`` or of the lean Qwen2 forward's
 :class:`~specdec.qwen2.KVCache`), never by slicing per-layer tensors; a cache that cannot be
-cropped is refused loudly.
+cropped is refused when the pair is loaded (:func:`specdec.models.check_rollback`).
 """
 from __future__ import annotations
 
@@ -50,17 +50,11 @@ class CachedLM:
         if ids:
             self.forward(ids, keep=1)
 
-    def rollback(self, committed: list[int]) -> None:
-        """Crop to the longest valid prefix: at most all committed tokens but the last."""
-        excess = len(self) - (len(committed) - 1)
+    def rollback(self, context: list[int]) -> None:
+        """Crop to the longest valid prefix: at most the whole context but its last token."""
+        excess = len(self) - (len(context) - 1)
         if excess > 0:
             self.cache.crop(-excess)  # transformers 5: a negative count removes that many tokens
-        assert len(self) <= len(committed) - 1
+        if len(self) > len(context) - 1:
+            raise RuntimeError(f"KV cache rollback failed: {len(self)} entries for a context of {len(context)}")
 
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued kernels so a wall-clock reading means what it says."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()

@@ -1,7 +1,9 @@
 """Typed, frozen configuration objects, validated on construction.
 
 Every bad value raises :class:`ConfigError` (a ``ValueError``) whose message names the field and
-what is allowed, so the CLI and the app can show it as one line instead of a traceback.
+what is allowed, and whose ``field`` attribute names it for a caller that shows the error next to
+its input (the app). The defaults declared here are the only copies: the CLI, the app and the
+benchmarks read them from these classes.
 """
 from __future__ import annotations
 
@@ -9,27 +11,42 @@ import math
 from dataclasses import dataclass
 
 MAX_K = 32
+MIN_TEMPERATURE = 0.01  # below this (but above 0) logits / T overflows or rounds every token but one away
 
 
 class ConfigError(ValueError):
     """A user-facing configuration mistake: the message names the field and what is allowed."""
 
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
 
 def _require(ok: bool, field: str, allowed: str, value) -> None:
     if not ok:
-        raise ConfigError(f"{field} must be {allowed} (got {value!r})")
+        raise ConfigError(f"{field} must be {allowed} (got {value!r})", field)
 
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _set(obj, name: str, value) -> None:
+    object.__setattr__(obj, name, value)  # normalising a frozen field in __post_init__
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How logits become a distribution; applied identically to p (verifier) and q (draft).
 
-    temperature == 0 selects the exact argmax path (a one-hot distribution), not a tiny divisor.
-    top_k == 0 and top_p == 1.0 disable those filters, as in transformers' ``generate()``.
+    temperature == 0 selects the exact argmax path (a one-hot distribution), not a tiny divisor;
+    a positive temperature must be at least ``MIN_TEMPERATURE``. top_k == 0 and top_p == 1.0
+    disable those filters, as in transformers' ``generate()``. Integers are accepted where a
+    number is asked for and stored as floats (transformers' warpers insist on floats).
     """
 
     temperature: float = 0.0
@@ -38,12 +55,13 @@ class SamplingConfig:
 
     def __post_init__(self):
         t = self.temperature
-        _require(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0,
-                 "temperature", "a finite number >= 0", t)
+        _require(_is_number(t) and (t == 0 or t >= MIN_TEMPERATURE), "temperature",
+                 f"0 (greedy) or a finite number >= {MIN_TEMPERATURE}", t)
         _require(_is_int(self.top_k) and self.top_k >= 0, "top_k", "an integer >= 0 (0 disables it)", self.top_k)
         p = self.top_p
-        _require(isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) and 0 < p <= 1,
-                 "top_p", "in (0, 1]", p)
+        _require(_is_number(p) and 0 < p <= 1, "top_p", "a number in (0, 1]", p)
+        _set(self, "temperature", float(t))
+        _set(self, "top_p", float(p))
 
     @property
     def greedy(self) -> bool:
@@ -51,8 +69,8 @@ class SamplingConfig:
 
 
 @dataclass(frozen=True)
-class GenerationConfig:
-    """One generation run. ``k`` is the most drafted tokens per round (ignored by the baseline);
+class DecodeConfig:
+    """One decoding run. ``k`` is the most drafted tokens per round (ignored by the baseline);
     ``confidence`` > 0 makes drafting adaptive: a model draft stops early after a token whose
     untempered draft probability is below it (transformers' ``assistant_confidence_threshold``).
     The draft length then depends only on the draft, so the rule stays lossless."""
@@ -62,20 +80,19 @@ class GenerationConfig:
     confidence: float = 0.6
     seed: int = 0
     sampling: SamplingConfig = SamplingConfig()
-    sync_timing: bool = False  # synchronise the device around each phase for exact per-phase times
 
     def __post_init__(self):
         _require(_is_int(self.k) and 1 <= self.k <= MAX_K, "k", f"an integer in [1, {MAX_K}]", self.k)
         c = self.confidence
-        _require(isinstance(c, (int, float)) and not isinstance(c, bool) and 0 <= c < 1,
-                 "confidence", "a number in [0, 1), 0 for a constant K", c)
+        _require(_is_number(c) and 0 <= c < 1, "confidence", "a number in [0, 1), 0 for a constant K", c)
         _require(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
                  "max_new_tokens", "an integer >= 1", self.max_new_tokens)
         _require(_is_int(self.seed) and 0 <= self.seed < 2**63, "seed", "an integer in [0, 2^63)", self.seed)
         _require(isinstance(self.sampling, SamplingConfig), "sampling", "a SamplingConfig", self.sampling)
+        _set(self, "confidence", float(c))
 
 
 def validate_prompt(prompt) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ConfigError("prompt must be a non-empty string")
+        raise ConfigError("prompt must be a non-empty string", "prompt")
     return prompt

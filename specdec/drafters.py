@@ -9,13 +9,13 @@ Shapes: K drafted tokens, V vocabulary entries.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
 from .cache import CachedLM
 from .config import SamplingConfig
+from .devices import Clock
 from .sampling import probs_from_logits, sample
 
 
@@ -31,7 +31,7 @@ class Drafter:
 
     cache: CachedLM | None = None
 
-    def propose(self, committed: list[int], k: int, sampling: SamplingConfig,
+    def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator, confidence: float = 0.0) -> Proposal:
         raise NotImplementedError
 
@@ -39,9 +39,9 @@ class Drafter:
         if self.cache is not None:
             self.cache.prefill(prompt[:-1])
 
-    def rollback(self, committed: list[int]) -> None:
+    def rollback(self, context: list[int]) -> None:
         if self.cache is not None:
-            self.cache.rollback(committed)
+            self.cache.rollback(context)
 
 
 class NoDrafter(Drafter):
@@ -50,23 +50,23 @@ class NoDrafter(Drafter):
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
 
-    def propose(self, committed, k, sampling, generator, confidence=0.0) -> Proposal:
+    def propose(self, context, k, sampling, generator, confidence=0.0) -> Proposal:
         return Proposal([], torch.zeros(0, self.vocab_size))
 
 
 class ModelDrafter(Drafter):
     """A small causal LM drafting autoregressively with its own KV cache."""
 
-    def __init__(self, model, vocab_size: int):
-        self.cache = CachedLM(model, vocab_size)
+    def __init__(self, model, vocab_size: int, clock: Clock):
+        self.cache, self.clock = CachedLM(model, vocab_size), clock
 
-    def propose(self, committed, k, sampling, generator, confidence=0.0) -> Proposal:
-        feed = committed[len(self.cache):]  # the last committed token, plus a token it missed
+    def propose(self, context, k, sampling, generator, confidence=0.0) -> Proposal:
+        feed = context[len(self.cache):]  # the last context token, plus a token it missed
         tokens, dists, forward_s = [], [], 0.0
         for _ in range(k):
-            t0 = time.perf_counter()
+            t0 = self.clock()
             logits = self.cache.forward(feed, keep=1)     # (1, V)
-            forward_s += time.perf_counter() - t0
+            forward_s += self.clock() - t0
             q = probs_from_logits(logits, sampling)       # (1, V)
             token = int(sample(q, sampling.greedy, generator))
             tokens.append(token)
@@ -86,8 +86,8 @@ class LookupDrafter(Drafter):
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
         self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
 
-    def propose(self, committed, k, sampling, generator, confidence=0.0) -> Proposal:
-        tokens = self._lookup(committed, k)
+    def propose(self, context, k, sampling, generator, confidence=0.0) -> Proposal:
+        tokens = self._lookup(context, k)
         probs = torch.zeros(len(tokens), self.vocab_size)  # (K, V)
         if tokens:
             probs[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
@@ -97,9 +97,9 @@ class LookupDrafter(Drafter):
         for n in range(min(self.max_ngram, len(ctx) - 1), self.min_ngram - 1, -1):
             tail = ctx[-n:]
             # latest earlier occurrence first: recent text predicts best
-            for start in range(len(ctx) - n - 1, -1, -1):
-                if ctx[start:start + n] == tail:
-                    follow = ctx[start + n:start + n + k]
+            for at in range(len(ctx) - n - 1, -1, -1):
+                if ctx[at:at + n] == tail:
+                    follow = ctx[at + n:at + n + k]
                     if follow:
                         return follow
         return []

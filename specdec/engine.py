@@ -6,29 +6,30 @@ all at once while the app steps through it. The verifier-only baseline is the sa
 drafter that proposes nothing, so both are measured with the same instrumentation.
 
 All randomness (draft sampling, the draws u, the resample) comes from one ``torch.Generator``
-seeded once per run, so the same seed gives the same tokens and the same trace.
+seeded once per run, so the same seed gives the same tokens and the same trace. Every phase is
+timed with a :class:`~specdec.devices.Clock`, which waits for the device, so per-phase times are
+true on CUDA and MPS too.
 """
 from __future__ import annotations
 
-import time
 from typing import Iterator
 
 import torch
 
-from .cache import CachedLM, synchronize
-from .config import GenerationConfig
-from .config import ConfigError
+from .cache import CachedLM
+from .config import ConfigError, DecodeConfig
+from .devices import Clock
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NoDrafter
 from .rule import verify
 from .sampling import probs_from_logits
-from .trace import (ACCEPTED, BONUS, REJECTED, RESAMPLED, UNREACHED, DraftPosition, PhaseTimes,
+from .settings import DRAFTERS
+from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, DraftPosition, PhaseTimes,
                     RoundTrace, RunSummary, TokenProb, summarize)
 
 TOP_N = 8  # entries of p, q and the residual kept per position: enough for a bar chart
-DRAFTERS = ("model", "lookup")
 
 
-def make_drafter(kind: str, pair) -> Drafter:
+def make_drafter(kind: str, pair, clock: Clock | None = None) -> Drafter:
     """``model`` (the pair's draft model), ``lookup`` (prompt lookup) or ``none`` (verifier only)."""
     if kind == "none":
         return NoDrafter(pair.vocab_size)
@@ -36,18 +37,13 @@ def make_drafter(kind: str, pair) -> Drafter:
         return LookupDrafter(pair.vocab_size)
     if kind == "model":
         if pair.draft is None:
-            raise ConfigError("drafter 'model' needs a draft model; load one or use drafter 'lookup'")
-        return ModelDrafter(pair.draft, pair.vocab_size)
-    raise ConfigError(f"drafter must be one of {', '.join(DRAFTERS)} (got {kind!r})")
-
-
-def start(pair, prompt: str, cfg: GenerationConfig, drafter: str = "model", chat: bool = True) -> Generation:
-    """Validate and encode the prompt and return a Generation ready to iterate."""
-    return Generation(pair, pair.encode(prompt, chat=chat), cfg, make_drafter(drafter, pair))
+            raise ConfigError("drafter 'model' needs a draft model; load one or use drafter 'lookup'", "drafter")
+        return ModelDrafter(pair.draft, pair.vocab_size, clock or Clock(pair.device))
+    raise ConfigError(f"drafter must be one of {', '.join(DRAFTERS)} (got {kind!r})", "drafter")
 
 
 class Generation:
-    def __init__(self, pair, prompt_ids: list[int], cfg: GenerationConfig, drafter: Drafter):
+    def __init__(self, pair, prompt_ids: list[int], cfg: DecodeConfig, drafter: Drafter):
         self.pair, self.cfg, self.drafter = pair, cfg, drafter
         self.prompt_ids = list(prompt_ids)
         self.token_ids: list[int] = []  # generated ids (prompt excluded)
@@ -55,7 +51,14 @@ class Generation:
         self.rounds: list[RoundTrace] = []
         self.prefill_s = 0.0
         self.stop_reason: str | None = None  # eos | max_new_tokens | context
+        self._clock = Clock(pair.device)
         self._steps = self._loop()
+
+    @classmethod
+    def from_prompt(cls, pair, prompt: str, cfg: DecodeConfig, drafter: str = "model", chat: bool = True
+                    ) -> Generation:
+        """Validate and encode the prompt (through the chat template unless ``chat`` is False)."""
+        return cls(pair, pair.encode(prompt, chat=chat), cfg, make_drafter(drafter, pair))
 
     def __iter__(self) -> Iterator[RoundTrace]:
         return self
@@ -76,76 +79,93 @@ class Generation:
     def summary(self) -> RunSummary:
         return summarize(self.rounds, self.prefill_s)
 
-    def _clock(self) -> float:
-        if self.cfg.sync_timing:
-            synchronize(self.pair.device)
-        return time.perf_counter()
-
     def _loop(self) -> Iterator[RoundTrace]:
-        pair, cfg, drafter, s = self.pair, self.cfg, self.drafter, self.cfg.sampling
+        pair, cfg, drafter, s, clock = self.pair, self.cfg, self.drafter, self.cfg.sampling, self._clock
         generator = torch.Generator().manual_seed(cfg.seed)
-        committed = list(self.prompt_ids)
+        context = list(self.prompt_ids)  # prompt + every emitted token
         target = CachedLM(pair.target, pair.vocab_size)
-        start = self._clock()
-        target.prefill(committed[:-1])
-        drafter.prefill(committed)
-        self.prefill_s = self._clock() - start
+        t_prefill = clock()
+        target.prefill(context[:-1])
+        drafter.prefill(context)
+        self.prefill_s = clock() - t_prefill
 
         while True:
-            room = min(cfg.max_new_tokens - len(self.token_ids), pair.max_positions - len(committed))
+            room = min(cfg.max_new_tokens - len(self.token_ids), pair.max_positions - len(context))
             if room <= 0:
                 self.stop_reason = "max_new_tokens" if len(self.token_ids) >= cfg.max_new_tokens else "context"
                 return
-            t0 = self._clock()
+            t0 = clock()
             # 1. draft up to K tokens (fewer when the round could overrun the budget or the context)
-            proposal = drafter.propose(committed, min(cfg.k, room - 1), s, generator, cfg.confidence)
+            proposal = drafter.propose(context, min(cfg.k, room - 1), s, generator, cfg.confidence)
             drafted = proposal.tokens
             k = len(drafted)
-            t1 = self._clock()
-            # 2. ONE verifier forward over K+1 positions: the last committed token, then the K drafts
-            logits = target.forward(committed[len(target):] + drafted, keep=k + 1)  # (K+1, V)
-            t_fwd = self._clock()
+            t1 = clock()
+            # 2. ONE verifier forward over K+1 positions: the last emitted token, then the K drafts
+            logits = target.forward(context[len(target):] + drafted, keep=k + 1)   # (K+1, V)
+            t_fwd = clock()
             target_probs = probs_from_logits(logits, s)                             # (K+1, V)
             target_len = len(target)
-            t2 = self._clock()
+            t2 = clock()
             # 3. accept/reject with the pure rule: keep a leading run, then resample or take the bonus
             v = verify(torch.tensor([drafted], dtype=torch.long).view(1, k), proposal.probs[None],
                        target_probs[None], generator, greedy=s.greedy)
             n_acc = int(v.n_accepted[0])
             new = drafted[:n_acc] + [int(v.next_token[0])]
-            t3 = self._clock()
-            # 4. commit, cut at the first stop token
-            for i, tok in enumerate(new):
-                if tok in pair.stop_ids:
-                    new = new[: i + 1]
-                    self.stop_reason = "eos"
-                    break
-            committed += new
-            # 5. roll both caches back to the invariant: all committed tokens but the last
+            t3 = clock()
+            # 4. emit, cut after the first stop token (which may be one of the kept drafts)
+            stop_at = next((i for i, tok in enumerate(new) if tok in pair.stop_ids), None)
+            if stop_at is not None:
+                new = new[: stop_at + 1]
+                self.stop_reason = "eos"
+            context += new
+            # 5. roll both caches back to the invariant: every context token but the last
             draft_len = len(drafter.cache) if drafter.cache is not None else None
-            target.rollback(committed)
-            drafter.rollback(committed)
-            t4 = self._clock()
+            target.rollback(context)
+            drafter.rollback(context)
+            t4 = clock()
             # 6. record the round
             pieces = self._append_text(new)
-            positions = self._positions(proposal, target_probs, v, n_acc)
-            t5 = self._clock()
+            record = self._record(proposal, target_probs, v, new, pieces, len(context) - len(new),
+                                  (target_len, len(target)),
+                                  None if draft_len is None else (draft_len, len(drafter.cache)))
+            t5 = clock()
             times = PhaseTimes(draft=t1 - t0, verify=t2 - t1, accept=t3 - t2, rollback=t4 - t3,
                                other=t5 - t4, forward=proposal.forward_s + (t_fwd - t1))
-            nxt = int(v.next_token[0])
-            record = RoundTrace(
-                index=len(self.rounds), context_len=len(committed) - len(new), positions=positions,
-                n_accepted=n_acc, rejected_at=n_acc if n_acc < k else None,
-                next_kind=RESAMPLED if n_acc < k else BONUS,
-                next_token=TokenProb(nxt, pair.token_text(nxt), float(v.next_dist[0, nxt])),
-                next_top=self._top(v.next_dist[0]), committed=tuple(new), pieces=pieces,
-                target_cache=(target_len, len(target)),
-                draft_cache=None if draft_len is None else (draft_len, len(drafter.cache)),
-                times=times, elapsed=(self.rounds[-1].elapsed if self.rounds else self.prefill_s) + times.total)
+            start_of_round = self.rounds[-1].elapsed if self.rounds else self.prefill_s
+            record = RoundTrace(**{**record, "times": times, "elapsed": start_of_round + times.total})
             self.rounds.append(record)
             yield record
             if self.stop_reason:
                 return
+
+    def _record(self, proposal, target_probs, v, new: list[int], pieces, context_len, target_cache,
+                draft_cache) -> dict:
+        """The round's fields but its times. A stop token among the kept drafts ends the round
+        there: only the drafts up to it count as accepted, and no next token follows."""
+        k, n_acc = len(proposal.tokens), int(v.n_accepted[0])
+        emitted_drafts = min(n_acc, len(new))
+        stopped_in_drafts = len(new) <= n_acc
+        nxt = int(v.next_token[0])
+        if stopped_in_drafts:
+            kind, token, top = None, None, ()
+        else:
+            kind = PLAIN if k == 0 else RESAMPLED if n_acc < k else BONUS
+            token, top = TokenProb(nxt, self.pair.token_text(nxt), float(v.next_dist[0, nxt])), self._top(v.next_dist[0])
+        positions = []
+        for i, tok in enumerate(proposal.tokens):
+            q, p = proposal.probs[i], target_probs[i]  # (V,), (V,)
+            status = (ACCEPTED if i < emitted_drafts else AFTER_STOP if stopped_in_drafts
+                      else REJECTED if i == n_acc else UNREACHED)
+            positions.append(DraftPosition(
+                token_id=tok, text=self.pair.token_text(tok), q=float(q[tok]), p=float(p[tok]),
+                ratio=float(v.ratios[0, i]), u=float(v.uniforms[0, i]),
+                beta=float(torch.minimum(p, q).sum()), status=status,
+                target_top=self._top(p), draft_top=self._top(q)))
+        return dict(index=len(self.rounds), context_len=context_len, positions=tuple(positions),
+                    n_accepted=emitted_drafts, rejected_at=n_acc if n_acc < k and not stopped_in_drafts else None,
+                    next_kind=kind,
+                    next_token=token, next_top=top, emitted=tuple(new), pieces=pieces, target_cache=target_cache,
+                    draft_cache=draft_cache)
 
     def _append_text(self, new: list[int]) -> tuple[str, ...]:
         """Output text of each new id, such that the pieces of all rounds join to ``self.text``.
@@ -165,15 +185,3 @@ class Generation:
         vals, ids = dist.topk(min(TOP_N, dist.shape[-1]))
         return tuple(TokenProb(int(i), self.pair.token_text(int(i)), float(x))
                      for x, i in zip(vals, ids) if x > 0)
-
-    def _positions(self, proposal, target_probs, v, n_acc) -> tuple[DraftPosition, ...]:
-        out = []
-        for i, tok in enumerate(proposal.tokens):
-            q, p = proposal.probs[i], target_probs[i]  # (V,), (V,)
-            status = ACCEPTED if i < n_acc else REJECTED if i == n_acc else UNREACHED
-            out.append(DraftPosition(
-                token_id=tok, text=self.pair.token_text(tok), q=float(q[tok]), p=float(p[tok]),
-                ratio=float(v.ratios[0, i]), u=float(v.uniforms[0, i]),
-                beta=float(torch.minimum(p, q).sum()), status=status,
-                target_top=self._top(p), draft_top=self._top(q)))
-        return tuple(out)

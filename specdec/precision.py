@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .config import ConfigError
+from .config import ConfigError, DecodeConfig
 from .kernels import DenseLinear, Fp16Linear, Int4Linear, Int8Linear, PackedLinear
 
 PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8", "int4")
@@ -111,7 +111,7 @@ def calibrate(names: list[str], k: int) -> dict[str, list[float]]:
 
 
 def _calibration_file(k: int) -> Path:
-    from .models import cache_root
+    from .embedded import cache_root
     cpu = cpu_description()
     key = hashlib.sha256(json.dumps([cpu, torch.__version__, k]).encode()).hexdigest()[:16]
     return cache_root() / "calibration" / f"{key}.json"
@@ -137,11 +137,11 @@ def pick(timings: dict[str, list[float]], k: int, cpu_model: str) -> Precision:
     return Precision(best.removesuffix(" transposed"), reason, best.endswith(" transposed"))
 
 
-def choose(device: torch.device, requested: str | None = "auto", k: int = 4) -> Precision:
+def choose(device: torch.device, requested: str | None = "auto", k: int = DecodeConfig.k) -> Precision:
     """``auto``: the measured fastest on a CPU, native half precision on a GPU; else as requested."""
     requested = requested or "auto"
     if requested not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)} (got {requested!r})")
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)} (got {requested!r})", "precision")
     if device.type != "cpu":
         native = "bfloat16" if device.type == "cuda" else "float16"
         if requested not in ("auto", "float32", "bfloat16", "float16"):

@@ -7,13 +7,11 @@ positions that were kept; positions after a rejection were never tested and do n
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from .trace import ACCEPTED, BONUS, REJECTED, RESAMPLED, UNREACHED, RoundTrace, RunSummary, summarize
+from .trace import ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace, RunSummary
 
-LABELS = (ACCEPTED, REJECTED, RESAMPLED, BONUS)
-COLORS = {ACCEPTED: "#86efac", REJECTED: "#fca5a5", RESAMPLED: "#fcd34d", BONUS: "#93c5fd"}
+LABELS = (ACCEPTED, REJECTED, RESAMPLED, BONUS, PLAIN)  # every kind of token in the colour-coded text
 PHASE_NAMES = {"draft": "drafting", "verify": "verifier forward", "accept": "accept/reject",
                "rollback": "cache rollback", "other": "other"}
 
@@ -23,7 +21,7 @@ class Segment:
     """A span of the colour-coded text: one token, where it came from and its numbers."""
 
     text: str
-    label: str                 # accepted | rejected | resampled | bonus
+    label: str                 # accepted | rejected | resampled | bonus | plain
     round: int
     position: int              # index within the round (K = the token after the drafts)
     p: float | None = None     # verifier probability (of the drafted token, or of the drawn one)
@@ -35,7 +33,7 @@ class Segment:
 
 
 def segments(rounds: list[RoundTrace]) -> list[Segment]:
-    """Every committed token in order, plus each rejected draft where it was replaced.
+    """Every emitted token in order, plus each rejected draft where it was replaced.
     The texts of all segments but the rejected ones join to exactly the generated text."""
     out = []
     for r in rounds:
@@ -63,8 +61,10 @@ def segment_detail(s: Segment) -> str:
         nums = f"p = {s.p:.4f}, q = {s.q:.4f}, p/q = {s.ratio:.3f}: rejected, not part of the output"
     elif s.label == RESAMPLED:
         nums = f"drawn from the residual norm(max(0, p - q)) with probability {s.p:.4f}"
-    else:
+    elif s.label == BONUS:
         nums = f"bonus token drawn from p with probability {s.p:.4f}"
+    else:
+        nums = f"drawn from p with probability {s.p:.4f} (nothing was drafted this round)"
     return f"**{s.text!r}** ({s.label}), {where}: {nums}"
 
 
@@ -75,7 +75,8 @@ def position_rows(r: RoundTrace, verified: bool) -> list[list]:
         row = [i + 1, repr(pos.text), round(pos.q, 4)]
         if verified:
             verdict = {ACCEPTED: "accepted (u <= p/q)", REJECTED: "rejected (u > p/q)",
-                       UNREACHED: "not tested (after the rejection)"}[pos.status]
+                       UNREACHED: "not tested (after the rejection)",
+                       AFTER_STOP: "not emitted (after the stop token)"}[pos.status]
             row += [round(pos.p, 4), round(pos.ratio, 3), round(pos.u, 3), verdict]
         rows.append(row)
     return rows
@@ -104,7 +105,11 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
         head = (f"**Verify.** One verifier forward over {k + 1} positions gave p at every drafted position at once. "
                 "Token i is kept when its draw u_i <= p(x)/q(x), that is with probability min(1, p/q); the first "
                 "rejection ends the round. ")
-        if r.rejected_at is None:
+        if r.next_kind is None:
+            stop = r.positions[r.n_accepted - 1]
+            tail = (f"The kept drafts include the stop token {stop.text!r} at position {r.n_accepted}: the output ends "
+                    "there, so the drafts after it and the next token are dropped.")
+        elif r.rejected_at is None:
             tail = (f"All {k} passed, and the same forward already holds p for the next position, so the bonus token "
                     f"{r.next_token.text!r} is drawn from p at no extra cost.")
         else:
@@ -117,13 +122,17 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
             tail += (" At temperature 0 p and q are one-hot: a draft is kept exactly when it is the verifier's argmax, "
                      "so the output equals greedy decoding of the verifier.")
         return head + tail
-    return (f"**Commit.** {len(r.committed)} token(s) joined the context. Both KV caches were cut back to hold every "
-            "committed token but the last (lengths below), dropping the entries of rejected drafts; the next round "
-            "drafts from the new context.")
+    cut = r.target_cache[0] - r.target_cache[1]
+    how = (f"The verifier's KV cache was cut back by {cut} entries (lengths below), dropping what it computed for "
+           "drafts that were not kept, so that it holds every context token but the last."
+           if cut > 0 else "Every entry the verifier computed belongs to kept tokens, so its KV cache needed no cut; "
+           "it holds every context token but the last, as before every round.")
+    return (f"**Commit.** {len(r.emitted)} token(s) joined the context. {how} The next round starts from the new "
+            "context.")
 
 
 def cache_text(r: RoundTrace) -> str:
-    """Before the round each cache holds every committed token but the last."""
+    """Before the round each cache holds every context token but the last."""
     before = r.context_len - 1
     out = (f"Verifier KV cache: {before} before the round, {r.target_cache[0]} after the forward, "
            f"{r.target_cache[1]} after the rollback.")
@@ -145,7 +154,7 @@ class RoundStats:
     accepted: list[int]
     drafted: list[int]
     running_a: list[float]       # kept / reached so far
-    running_tokens: list[float]  # mean committed tokens per round so far
+    running_tokens: list[float]  # mean emitted tokens per round so far
     k: int
 
 
@@ -155,7 +164,7 @@ def round_stats(rounds: list[RoundTrace]) -> RoundStats:
     for n, r in enumerate(rounds, 1):
         kept += r.n_accepted
         reached += r.n_accepted + (r.rejected_at is not None)
-        tokens += len(r.committed)
+        tokens += len(r.emitted)
         running_a.append(kept / reached if reached else 0.0)
         running_tokens.append(tokens / n)
     return RoundStats([r.index + 1 for r in rounds], [r.n_accepted for r in rounds], [r.drafted for r in rounds],
@@ -177,20 +186,3 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     """Index of the first differing token, or None when the sequences are equal."""
     i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return None if i == len(a) == len(b) else i
-
-
-def trace_json(settings: dict, rounds: list[RoundTrace], prefill_s: float, text: str, stop_reason) -> str:
-    """The CLI's ``generate --json`` object, so traces from either can be replayed in the app."""
-    return json.dumps({"settings": settings, "text": text,
-                       "token_ids": [t for r in rounds for t in r.committed], "stop_reason": stop_reason,
-                       "summary": summarize(rounds, prefill_s).to_dict(), "rounds": [r.to_dict() for r in rounds]})
-
-
-def load_trace(raw: str) -> tuple[dict, list[RoundTrace], float]:
-    """Parse a trace file into (settings, rounds, prefill seconds); ValueError if it is not one."""
-    try:
-        data = json.loads(raw)
-        rounds = [RoundTrace.from_dict(d) for d in data["rounds"]]
-        return data.get("settings", {}), rounds, float(data["summary"]["prefill_s"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"not a specdec trace file ({type(e).__name__}: {e})") from None

@@ -20,6 +20,10 @@ import torch
 from .sampling import draw
 
 
+class DrafterContractError(ValueError):
+    """The drafter broke its contract: a drafted token must have q(x) > 0 under the q it returned."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     ratios: torch.Tensor      # (B, K)  p(x) / q(x) at each drafted token
@@ -33,14 +37,21 @@ def verify(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: 
            generator: torch.Generator, greedy: bool = False) -> Verdict:
     B, K = draft_tokens.shape
     V = target_probs.shape[-1]
-    assert draft_probs.shape == (B, K, V), f"q must be (B, K, V) = {(B, K, V)}, got {tuple(draft_probs.shape)}"
-    assert target_probs.shape == (B, K + 1, V), f"p must be (B, K+1, V), got {tuple(target_probs.shape)}"
+    # Explicit checks, not asserts: they must hold under ``python -O`` too.
+    if tuple(draft_probs.shape) != (B, K, V):
+        raise ValueError(f"q must be (B, K, V) = {(B, K, V)}, got {tuple(draft_probs.shape)}")
+    if tuple(target_probs.shape) != (B, K + 1, V):
+        raise ValueError(f"p must be (B, K+1, V) = {(B, K + 1, V)}, got {tuple(target_probs.shape)}")
 
     idx = draft_tokens.unsqueeze(-1)                                  # (B, K, 1)
     q_x = draft_probs.gather(-1, idx).squeeze(-1)                     # (B, K)
     p_x = target_probs[:, :K].gather(-1, idx).squeeze(-1)             # (B, K)
     # q(x) > 0 is the drafter's contract: it returns exactly the distribution it sampled from.
-    assert bool((q_x > 0).all()), "a drafted token has q(x) == 0: the drafter did not sample from q"
+    # Broken, p(x) / 0 = inf would accept the token always and the output would no longer be p.
+    if not bool((q_x > 0).all()):
+        b, i = (q_x <= 0).nonzero()[0].tolist()
+        raise DrafterContractError(f"drafted token {int(draft_tokens[b, i])} at position {i} has q(x) = "
+                                   f"{float(q_x[b, i])}: the drafter did not sample from the q it returned")
     ratios = p_x / q_x                                                # (B, K)
 
     # u in (0, 1] rather than [0, 1): then u <= ratio accepts with probability exactly min(1, ratio),

@@ -19,6 +19,10 @@ from transformers.generation.logits_process import (
 from .config import SamplingConfig
 
 
+class NumericalError(ArithmeticError):
+    """A model produced logits that give no probability distribution (NaN or infinite values)."""
+
+
 NUCLEUS_CANDIDATES = 1024  # top-p looks for the nucleus among this many tokens first
 
 
@@ -52,14 +56,22 @@ def _top_p(scores: torch.Tensor, top_p: float, full, input_ids) -> torch.Tensor:
 
 
 def probs_from_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
-    """(N, V) logits -> (N, V) float32 probabilities on the CPU."""
-    assert logits.dim() == 2, f"expected (N, V) logits, got {tuple(logits.shape)}"
+    """(N, V) logits -> (N, V) float32 probabilities on the CPU. NumericalError when the logits
+    hold NaN, or when no finite distribution comes out of them."""
+    if logits.dim() != 2:
+        raise ValueError(f"expected (N, V) logits, got {tuple(logits.shape)}")
     logits = logits.detach().float().cpu()
+    if torch.isnan(logits).any():
+        raise NumericalError("the model produced NaN logits; try another precision (--precision float32)")
     if cfg.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()  # (N, V)
     # The warpers ignore input_ids for these three; an empty placeholder keeps their signature.
     warped = _warpers(cfg, logits.shape[-1])(torch.empty(logits.shape[0], 0, dtype=torch.long), logits)
-    return torch.softmax(warped, dim=-1)  # (N, V)
+    probs = torch.softmax(warped, dim=-1)  # (N, V)
+    if not bool(torch.isfinite(probs).all()):
+        raise NumericalError(f"temperature {cfg.temperature:g} gave probabilities that are not finite numbers "
+                             "(the logits divided by it overflow); use a larger temperature, or 0 for greedy")
+    return probs
 
 
 def sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> torch.Tensor:

@@ -1,18 +1,25 @@
-"""Typed, frozen records of a run: one :class:`RoundTrace` per draft/verify round, and a summary.
+"""Typed, frozen records of a run: one :class:`RoundTrace` per draft/verify round, a summary, and
+the trace file that holds them.
 
 The engine yields these and never prints; the CLI, the app, the benchmarks and the notebooks only
-render or aggregate them. ``to_dict``/``from_dict`` give the JSON trace format the app downloads
-and replays without models.
+render or aggregate them. :class:`TraceFile` is the JSON format the CLI writes, the app downloads,
+and both replay without models.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import json
+from dataclasses import asdict, dataclass, field
 
 PHASES = ("draft", "verify", "accept", "rollback", "other")
 
-# Status of a drafted position; the kind of the token that ends a round.
-ACCEPTED, REJECTED, UNREACHED = "accepted", "rejected", "unreached"
-RESAMPLED, BONUS = "resampled", "bonus"
+# Status of a drafted position. AFTER_STOP: after a kept draft that is a stop token, so never
+# emitted whatever the rule said; it counts neither as drafted nor as tested in the summaries.
+ACCEPTED, REJECTED, UNREACHED, AFTER_STOP = "accepted", "rejected", "unreached", "after_stop"
+# The kind of the token that ends a round: drawn from the residual after a rejection, the bonus
+# drawn from p when every draft was kept, or drawn from p in a round that drafted nothing (plain
+# decoding: the verifier-only baseline, or prompt lookup without a match).
+RESAMPLED, BONUS, PLAIN = "resampled", "bonus", "plain"
+TRACE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,7 @@ class DraftPosition:
     ratio: float                  # p / q; kept iff u <= ratio
     u: float                      # the uniform draw in (0, 1]
     beta: float                   # sum_v min(p(v), q(v)): expected acceptance here, free of coin-flip noise
-    status: str                   # accepted | rejected | unreached (after the first rejection)
+    status: str                   # accepted | rejected | unreached (after the first rejection) | after_stop
     target_top: tuple[TokenProb, ...]
     draft_top: tuple[TokenProb, ...]
 
@@ -56,16 +63,22 @@ class PhaseTimes:
 
 @dataclass(frozen=True)
 class RoundTrace:
+    """One round. Invariants (tests/test_engine.py): ``len(emitted) == n_accepted + 1`` and
+    ``next_kind`` is set, unless the round ended at a stop token among the kept drafts, where
+    ``len(emitted) == n_accepted`` and ``next_kind`` is None; ``next_kind == BONUS`` iff every
+    draft was kept and emitted; the positions after ``n_accepted`` are rejected (the first),
+    unreached, or after_stop."""
+
     index: int
-    context_len: int                       # committed tokens (prompt included) before the round
-    positions: tuple[DraftPosition, ...]   # the K drafted tokens (K may shrink near a limit; 0 for the baseline)
-    n_accepted: int
-    rejected_at: int | None                # index into positions, or None when all were kept
-    next_kind: str                         # resampled | bonus
-    next_token: TokenProb                  # prob under the distribution it was drawn from
-    next_top: tuple[TokenProb, ...]        # top of that distribution (residual, or p for the bonus)
-    committed: tuple[int, ...]             # ids committed this round (cut at EOS / max_new_tokens)
-    pieces: tuple[str, ...]                # output text of each committed id; joined over rounds = the text
+    context_len: int                       # context tokens (prompt included) before the round
+    positions: tuple[DraftPosition, ...]   # the drafted tokens (fewer than K near a limit; none for the baseline)
+    n_accepted: int                        # drafts kept *and emitted*
+    rejected_at: int | None                # index into positions, or None when nothing was rejected
+    next_kind: str | None                  # resampled | bonus | plain; None when a stop token ended the drafts
+    next_token: TokenProb | None           # prob under the distribution it was drawn from
+    next_top: tuple[TokenProb, ...]        # top of that distribution (residual, or p)
+    emitted: tuple[int, ...]               # ids emitted this round, cut after a stop token
+    pieces: tuple[str, ...]                # output text of each emitted id; joined over rounds = the text
     target_cache: tuple[int, int]          # verifier KV length (after the forward, after rollback)
     draft_cache: tuple[int, int] | None    # draft KV length likewise; None without a draft model
     times: PhaseTimes
@@ -73,7 +86,8 @@ class RoundTrace:
 
     @property
     def drafted(self) -> int:
-        return len(self.positions)
+        """Drafts that count: those emitted or tested, not those after a stop token."""
+        return sum(p.status != AFTER_STOP for p in self.positions)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,8 +97,9 @@ class RoundTrace:
         top = lambda xs: tuple(TokenProb(**x) for x in xs)  # noqa: E731
         pos = tuple(DraftPosition(**{**x, "target_top": top(x["target_top"]), "draft_top": top(x["draft_top"])})
                     for x in d["positions"])
-        return cls(**{**d, "positions": pos, "next_token": TokenProb(**d["next_token"]),
-                      "next_top": top(d["next_top"]), "committed": tuple(d["committed"]),
+        nxt = d["next_token"]
+        return cls(**{**d, "positions": pos, "next_token": None if nxt is None else TokenProb(**nxt),
+                      "next_top": top(d["next_top"]), "emitted": tuple(d["emitted"]),
                       "pieces": tuple(d["pieces"]), "target_cache": tuple(d["target_cache"]),
                       "draft_cache": None if d["draft_cache"] is None else tuple(d["draft_cache"]),
                       "times": PhaseTimes(**d["times"])})
@@ -110,27 +125,20 @@ class RunSummary:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> RunSummary:
-        names = {f.name for f in fields(cls)}
-        d = {k: v for k, v in d.items() if k in names}
-        return cls(**{**d, "per_position_acceptance": tuple(d["per_position_acceptance"]),
-                      "accepted_histogram": tuple(d["accepted_histogram"])})
-
 
 def summarize(rounds: list[RoundTrace], prefill_s: float = 0.0) -> RunSummary:
-    new_tokens = sum(len(r.committed) for r in rounds)
+    new_tokens = sum(len(r.emitted) for r in rounds)
     wall = prefill_s + sum(r.times.total for r in rounds)
     drafted = sum(r.drafted for r in rounds)
     accepted = sum(r.n_accepted for r in rounds)
-    k_max = max((r.drafted for r in rounds), default=0)
+    k_max = max((len(r.positions) for r in rounds), default=0)
     reached = [0] * k_max
     kept = [0] * k_max
     hist = [0] * (k_max + 1)
     for r in rounds:
         hist[r.n_accepted] += 1
         for i, pos in enumerate(r.positions):
-            if pos.status != UNREACHED:
+            if pos.status in (ACCEPTED, REJECTED):
                 reached[i] += 1
                 kept[i] += pos.status == ACCEPTED
     totals = {ph: sum(getattr(r.times, ph) for r in rounds) for ph in PHASES}
@@ -152,3 +160,36 @@ def summarize(rounds: list[RoundTrace], prefill_s: float = 0.0) -> RunSummary:
         phase_totals=totals,
         overhead_share=max(0.0, 1 - forward / wall) if wall > 0 else 0.0,
     )
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """A whole run as one JSON object: the settings record (``RunSettings.to_dict()``), the text,
+    the summary and every round. Written by ``generate --json`` and the app's download; read by
+    the app's replay."""
+
+    settings: dict
+    rounds: tuple[RoundTrace, ...]
+    prefill_s: float
+    text: str
+    stop_reason: str | None
+
+    def to_json(self) -> str:
+        return json.dumps({"format": TRACE_FORMAT, "settings": self.settings, "text": self.text,
+                           "token_ids": [t for r in self.rounds for t in r.emitted], "stop_reason": self.stop_reason,
+                           "summary": summarize(list(self.rounds), self.prefill_s).to_dict(),
+                           "rounds": [r.to_dict() for r in self.rounds]})
+
+    @classmethod
+    def from_json(cls, raw: str) -> TraceFile:
+        """ValueError, saying what is wrong, if ``raw`` is not a trace file of this format."""
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict) or "rounds" not in data:
+                raise ValueError("no rounds")
+            if data.get("format") != TRACE_FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, this version reads format {TRACE_FORMAT}")
+            return cls(data.get("settings") or {}, tuple(RoundTrace.from_dict(d) for d in data["rounds"]),
+                       float(data["summary"]["prefill_s"]), str(data["text"]), data.get("stop_reason"))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"not a specdec trace file ({type(e).__name__}: {e})") from None

@@ -1,20 +1,28 @@
-"""Shared fixtures. The real embedded pair is loaded once per test session (never in parallel)."""
+"""Shared fixtures and the test tiers.
+
+Tiers (markers, see pyproject.toml): unmarked tests use tiny random models and take seconds
+(``make test-fast``); ``real`` tests load the embedded pair, once per test session and never in
+parallel; ``browser`` tests drive the launched app in headless Chromium. A test that asks for the
+``real_pair`` fixture is marked ``real`` here, so the fast tier can never load the real models.
+"""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 ARTIFACTS = ROOT / "test-artifacts"
 # The precision every real-model test uses (default: what this machine would pick); one load serves
 # the CLI, engine and browser tests alike.
 REAL_PRECISION = os.environ.get("SPECDEC_TEST_PRECISION", "auto")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "real_pair" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real)
 
 
 @pytest.fixture(scope="session")

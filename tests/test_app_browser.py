@@ -3,30 +3,23 @@ role and label. The app's loader gets the pair the ``real_pair`` fixture already
 memoises per process), so the models load once per test session. Screenshots go to test-artifacts/."""
 from __future__ import annotations
 
-import os
 import re
 import socket
-from pathlib import Path
 
 import pytest
-
 from playwright import sync_api
 
-import app
-import app_handlers as h
-from specdec.render import LABELS
+from specdec import ModelChoice
+from specdec_ui import browser as chromium
+from specdec_ui.layout import build_demo, launch
+from specdec_ui.state import Loader
+
+pytestmark = [pytest.mark.browser, pytest.mark.real]
 
 FIB = "Write a Python function that returns the n-th Fibonacci number iteratively."
 SKY = "In three sentences, explain why the sky is blue."
 ROUND_S = 120_000  # ms: generous waits for a round or two, the CPU may be shared
 sync_api.expect.set_options(timeout=ROUND_S)
-
-
-def _chromium() -> str | None:
-    for path in (os.environ.get("CHROMIUM"), "/usr/bin/chromium"):
-        if path and Path(path).is_file():
-            return path
-    return None  # Playwright's own build
 
 
 def _free_port() -> int:
@@ -37,13 +30,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def url(real_pair):
-    loader = h.Loader(real_pair.target_name, real_pair.draft_name, str(real_pair.device),
-                      real_pair.precision.name).start()
-    loader._thread.join()
+    loader = Loader(ModelChoice.of(real_pair)).load_in_background().wait()
     assert loader.pair is real_pair  # the memoised pair: no second load
     port = _free_port()
-    demo = app.build_demo(loader)
-    app.launch(demo, port=port, prevent_thread_lock=True, quiet=True)
+    demo = build_demo(loader)
+    launch(demo, port=port, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}"
     demo.close()
 
@@ -51,8 +42,7 @@ def url(real_pair):
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=_chromium(), args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"])
+        b = chromium.launch(p)
         yield b
         b.close()
 
@@ -78,8 +68,8 @@ def drafted_table(pg):
 
 
 def tokens(pg) -> list:
-    """The colour-coded token spans of the visible highlighted text, legend entries left out."""
-    return [t for t in pg.locator(".spec-text").get_by_role("button").all() if t.inner_text() not in LABELS]
+    """The colour-coded token elements of the visible token view."""
+    return [t for t in pg.locator(".spec-tokens .tok").all() if t.is_visible()]
 
 
 def fill(pg, prompt=FIB, k=4, temperature=0, max_new_tokens=12):
@@ -119,8 +109,9 @@ def test_short_generation_is_colour_coded_with_timing_and_replays(page, artifact
     assert len(colours) >= 2, "accepted drafts and at least one resampled or bonus token"
     sync_api.expect(page.get_by_text("Time per round by phase")).to_be_visible()
     sync_api.expect(page.get_by_text("Mean tokens per round vs theory")).to_be_visible()
-    shown[0].click()
-    sync_api.expect(page.get_by_text(re.compile(r"round 1, position 1"))).to_be_visible()
+    assert "round 1, position 1" in shown[0].get_attribute("title")  # the numbers, on hover and focus
+    shown[0].focus()
+    assert page.evaluate("document.activeElement.classList.contains('tok')")
     page.screenshot(path=artifacts / "app-run.png", full_page=True)
     with page.expect_download() as download:
         page.get_by_role("button", name="Download trace (JSON)").click()

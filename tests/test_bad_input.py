@@ -4,10 +4,11 @@ import hashlib
 import pytest
 
 import tiny
-from specdec import ConfigError, GenerationConfig, ModelLoadError, SamplingConfig
-from specdec import models
+from specdec import ConfigError, DecodeConfig, ModelLoadError, SamplingConfig
+from specdec import embedded, models
 from specdec.cli import main
-from specdec.models import EmbeddedModel, assemble_gguf, check_compatible
+from specdec.embedded import EmbeddedModel, assemble_gguf
+from specdec.models import check_compatible
 
 
 def cli_error(capsys, *args) -> str:
@@ -21,14 +22,16 @@ def cli_error(capsys, *args) -> str:
 @pytest.mark.parametrize("args, field", [
     (["--k", "0"], "k must be an integer in [1, 32]"),
     (["--k", "33"], "k must be an integer in [1, 32]"),
-    (["--temperature", "-0.1"], "temperature must be a finite number >= 0"),
-    (["--temperature", "nan"], "temperature must be a finite number >= 0"),
-    (["--temperature", "inf"], "temperature must be a finite number >= 0"),
-    (["--top-p", "0"], "top_p must be in (0, 1]"),
-    (["--top-p", "1.5"], "top_p must be in (0, 1]"),
+    (["--temperature", "-0.1"], "temperature must be 0 (greedy) or a finite number >= 0.01"),
+    (["--temperature", "nan"], "temperature must be 0 (greedy) or a finite number >= 0.01"),
+    (["--temperature", "inf"], "temperature must be 0 (greedy) or a finite number >= 0.01"),
+    (["--temperature", "1e-45"], "temperature must be 0 (greedy) or a finite number >= 0.01"),
+    (["--top-p", "0"], "top_p must be a number in (0, 1]"),
+    (["--top-p", "1.5"], "top_p must be a number in (0, 1]"),
     (["--top-k", "-1"], "top_k must be an integer >= 0"),
     (["--max-new-tokens", "0"], "max_new_tokens must be an integer >= 1"),
     (["--device", "tpu"], "device must be one of auto, cpu, cuda, mps"),
+    (["--drafter", "oracle"], "drafter must be one of model, lookup, none"),
     (["--precision", "int3"], "precision must be one of auto, float32, bfloat16, float16, int8, int4"),
 ])
 def test_cli_rejects_bad_settings(capsys, args, field):
@@ -43,12 +46,12 @@ def test_cli_rejects_an_empty_prompt(capsys):
 def test_unknown_model_while_offline_names_the_embedded_default(capsys, monkeypatch):
     monkeypatch.setattr(models, "_hub_reachable", lambda: False)
     msg = cli_error(capsys, "--target", "no-such-org/no-such-model", "--drafter", "lookup")
-    assert "target: cannot load 'no-such-org/no-such-model'" in msg and models.DEFAULT_TARGET in msg
+    assert "target: cannot load 'no-such-org/no-such-model'" in msg and embedded.DEFAULT_TARGET in msg
 
 
 def test_configs_validate_on_construction():
     with pytest.raises(ConfigError, match="seed"):
-        GenerationConfig(seed=-1)
+        DecodeConfig(seed=-1)
     with pytest.raises(ConfigError, match="top_k"):
         SamplingConfig(top_k=1.5)
     assert SamplingConfig(0).greedy and not SamplingConfig(0.5).greedy
@@ -65,7 +68,8 @@ def test_incompatible_tokenizers_are_refused():
         {f"x{i}": i for i in range(tiny.V)}, unk_token="x0")))
     with pytest.raises(ModelLoadError, match="disagree at id 0"):
         check_compatible(a, other, tiny.V + 8, tiny.V + 8)
-    assert check_compatible(a, tiny.tokenizer(), tiny.V + 8, tiny.V + 4) == tiny.V + 4  # padding rows differ
+    # padding rows may differ; the shared vocabulary is the real tokens only, so padding ids are never sampled
+    assert check_compatible(a, tiny.tokenizer(), tiny.V + 8, tiny.V + 4) == tiny.V
 
 
 def _fake_parts(tmp_path, monkeypatch, payloads):
@@ -98,6 +102,6 @@ def test_checksum_mismatch_leaves_nothing_behind(tmp_path, monkeypatch):
 def test_embedded_parts_are_pinned_in_requirements():
     from pathlib import Path
     reqs = (Path(__file__).resolve().parents[1] / "requirements.txt").read_text()
-    for spec in models.EMBEDDED.values():
+    for spec in embedded.EMBEDDED.values():
         for pkg in spec.packages():
             assert pkg in reqs

@@ -4,7 +4,7 @@ import json
 import torch
 
 import tiny
-from specdec import Generation, GenerationConfig, RoundTrace, SamplingConfig, make_drafter
+from specdec import DecodeConfig, Generation, RoundTrace, SamplingConfig, make_drafter
 from specdec.cache import CachedLM
 
 
@@ -24,7 +24,8 @@ def test_rollback_equals_a_fresh_forward():
 def _sampled(seed: int, drafter="model"):
     target = tiny.model(1, scale=4)
     pair = tiny.pair(target, tiny.noisy_copy(target, 2, 0.5))
-    cfg = GenerationConfig(max_new_tokens=24, k=3, seed=seed, sampling=SamplingConfig(1.0, top_k=30, top_p=0.9))
+    pair.stop_ids = frozenset()  # EOS is an ordinary token here: every run has exactly 24 tokens
+    cfg = DecodeConfig(max_new_tokens=24, k=3, seed=seed, sampling=SamplingConfig(1.0, top_k=30, top_p=0.9))
     return Generation(pair, tiny.prompt_ids(), cfg, make_drafter(drafter, pair)).run()
 
 
@@ -42,16 +43,16 @@ def test_trace_is_consistent_and_round_trips_through_json():
     gen = _sampled(0)
     assert "".join(p for r in gen.rounds for p in r.pieces) == gen.text == gen.pair.decode(gen.token_ids)
     for r in gen.rounds:
-        n_after = r.context_len + len(r.committed)
+        n_after = r.context_len + len(r.emitted)
         assert r.target_cache[1] == n_after - 1                    # the invariant: all committed but the last
         assert r.draft_cache[1] <= n_after - 1
         assert r.target_cache[0] == r.context_len + r.drafted      # the verifier saw K + 1 new positions
-        assert list(r.committed[:r.n_accepted]) == [p.token_id for p in r.positions[:r.n_accepted]]
+        assert list(r.emitted[:r.n_accepted]) == [p.token_id for p in r.positions[:r.n_accepted]]
         for p in r.positions:
             assert abs(p.ratio - p.p / p.q) < 1e-5 and 0 < p.u <= 1 and 0 <= p.beta <= 1 + 1e-6
             assert (p.status == "accepted") == (r.positions.index(p) < r.n_accepted)
     s = gen.summary()
-    assert s.new_tokens == len(gen.token_ids) and (s.new_tokens == 24 or gen.stop_reason == "eos")
+    assert s.new_tokens == len(gen.token_ids) == 24 and gen.stop_reason == "max_new_tokens"
     assert s.drafted == sum(r.drafted for r in gen.rounds) and s.accepted == sum(r.n_accepted for r in gen.rounds)
     assert sum(s.accepted_histogram) == s.rounds and s.target_forwards == s.rounds + 1
     back = [RoundTrace.from_dict(json.loads(json.dumps(r.to_dict()))) for r in gen.rounds]
@@ -63,29 +64,30 @@ def test_stops_at_eos_max_new_tokens_and_the_context_limit():
     pair = tiny.pair(target, tiny.noisy_copy(target, 1, 0.3))
     prompt = tiny.prompt_ids()
     pair.stop_ids = frozenset()
-    free = Generation(pair, prompt, GenerationConfig(max_new_tokens=20, k=4), make_drafter("model", pair)).run()
+    free = Generation(pair, prompt, DecodeConfig(max_new_tokens=20, k=4), make_drafter("model", pair)).run()
     stop = free.token_ids[6]  # declare the 7th token a stop token: the run must end right there
     pair.stop_ids = frozenset({stop})
-    gen = Generation(pair, prompt, GenerationConfig(max_new_tokens=20, k=4), make_drafter("model", pair)).run()
+    gen = Generation(pair, prompt, DecodeConfig(max_new_tokens=20, k=4), make_drafter("model", pair)).run()
     first = free.token_ids.index(stop)
     assert gen.token_ids == free.token_ids[:first + 1] and gen.stop_reason == "eos"
 
     plain = tiny.pair(tiny.model(5), tiny.model(6))
     plain.stop_ids = frozenset()
-    gen = Generation(plain, tiny.prompt_ids(), GenerationConfig(max_new_tokens=13, k=5),
+    gen = Generation(plain, tiny.prompt_ids(), DecodeConfig(max_new_tokens=13, k=5),
                      make_drafter("model", plain)).run()
     assert len(gen.token_ids) == 13 and gen.stop_reason == "max_new_tokens"
 
     long_prompt = tiny.prompt_ids(250)  # the tiny models hold 256 positions
-    gen = Generation(plain, long_prompt, GenerationConfig(max_new_tokens=50, k=4),
+    gen = Generation(plain, long_prompt, DecodeConfig(max_new_tokens=50, k=4),
                      make_drafter("model", plain)).run()
     assert gen.stop_reason == "context" and len(long_prompt) + len(gen.token_ids) == 256
 
 
-def test_lookup_drafter_copies_the_latest_earlier_match():
+def test_lookup_drafter_copies_the_latest_earlier_match_with_an_exactly_one_hot_q():
     from specdec import LookupDrafter
     d = LookupDrafter(vocab_size=10)
-    prop = d.propose([1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3], 3, SamplingConfig(), torch.Generator())
-    assert prop.tokens == [5, 6, 2]           # "2 3" last seen before "5 6 2"
-    assert torch.equal(prop.probs.argmax(-1), torch.tensor([5, 6, 2])) and prop.probs.sum() == 3
+    for sampling in (SamplingConfig(), SamplingConfig(0.7, top_k=3)):  # q must be one-hot at any temperature
+        prop = d.propose([1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3], 3, sampling, torch.Generator())
+        assert prop.tokens == [5, 6, 2]           # "2 3" last seen before "5 6 2"
+        assert torch.equal(prop.probs, torch.eye(10)[[5, 6, 2]])  # anything else is lossy at T > 0
     assert d.propose([1, 2, 3], 3, SamplingConfig(), torch.Generator()).tokens == []

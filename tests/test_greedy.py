@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tiny
-from specdec import Drafter, Generation, GenerationConfig, Proposal, make_drafter
+from specdec import Drafter, Generation, DecodeConfig, Proposal, make_drafter
 
 N, K = 40, 4
 
@@ -32,7 +32,7 @@ def assert_same_or_near_tie(model, prompt, ours, ref, tol=1e-4):
 
 
 def run(pair, prompt, drafter, k=K, n=N):
-    return Generation(pair, prompt, GenerationConfig(max_new_tokens=n, k=k), drafter).run()
+    return Generation(pair, prompt, DecodeConfig(max_new_tokens=n, k=k), drafter).run()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

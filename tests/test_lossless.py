@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tiny
-from specdec import Generation, GenerationConfig, SamplingConfig, make_drafter
+from specdec import Generation, DecodeConfig, SamplingConfig, make_drafter
 from specdec.rule import verify
 from specdec.sampling import probs_from_logits
 
@@ -52,7 +52,8 @@ def test_one_round_emits_p(sampling):
         reached = v.n_accepted >= i
         n = int(reached.sum())
         assert n > 5000
-        assert tv(hist(emitted[reached, i], V), p[i]) < noise_bound(p[i], n), f"position {i} ({n} trials)"
+        # <=: when p_i is one-hot the bound is 0 and the histogram must equal p_i exactly
+        assert tv(hist(emitted[reached, i], V), p[i]) <= noise_bound(p[i], n), f"position {i} ({n} trials)"
     # acceptance at position 0 equals beta = sum min(p, q), the paper's alpha
     beta = torch.minimum(p[0], q[0]).sum().item()
     assert abs((v.n_accepted >= 1).float().mean().item() - beta) < 0.005
@@ -97,14 +98,14 @@ def test_multi_round_engine_emits_the_verifier_distribution():
     counts = torch.zeros(n, tiny.V)
     accepted = 0
     for seed in range(runs):
-        cfg = GenerationConfig(max_new_tokens=n, k=2, confidence=0.0, seed=seed, sampling=sampling)
+        cfg = DecodeConfig(max_new_tokens=n, k=2, confidence=0.0, seed=seed, sampling=sampling)
         gen = Generation(pair, prompt, cfg, make_drafter("model", pair)).run()
         accepted += gen.summary().accepted
         for i, tok in enumerate(gen.token_ids):
             counts[i, tok] += 1
     assert accepted > runs  # multi-token rounds really happened
     for i in range(n):
-        assert tv(counts[i] / runs, exact[i]) < noise_bound(exact[i], runs), f"token {i}"
+        assert tv(counts[i] / runs, exact[i]) <= noise_bound(exact[i], runs), f"token {i}"
 
 
 def test_fast_top_p_equals_transformers_on_a_large_vocabulary():

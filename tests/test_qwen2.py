@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import tiny
-from specdec import Generation, GenerationConfig, make_drafter
+from specdec import Generation, DecodeConfig, make_drafter
 from specdec.cache import CachedLM
 from specdec.precision import cpu_candidates
 from specdec.qwen2 import supports
@@ -68,7 +68,7 @@ def test_int8_speculative_greedy_is_exactly_verifier_greedy(confidence):
     target = tiny.model(4, scale=8)
     draft = tiny.noisy_copy(target, seed=5, noise=0.5)
     pair = tiny.pair(tiny.lean(target, "int8"), tiny.lean(draft, "int8", batch_invariant=False))
-    cfg = GenerationConfig(max_new_tokens=40, k=5, confidence=confidence)
+    cfg = DecodeConfig(max_new_tokens=40, k=5, confidence=confidence)
     for seed in range(3):
         prompt = tiny.prompt_ids(seed=seed)
         spec = Generation(pair, prompt, cfg, make_drafter("model", pair)).run()

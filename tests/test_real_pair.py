@@ -10,7 +10,7 @@ import pytest
 from conftest import REAL_PRECISION
 from specdec import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED
 from specdec.cli import main
-from specdec.models import cache_root
+from specdec.embedded import cache_root
 
 PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number.",

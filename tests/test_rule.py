@@ -1,8 +1,11 @@
 """The pure accept/reject rule on hand-made distributions (no model, no cache, no tokenizer)."""
+import subprocess
+import sys
+
 import pytest
 import torch
 
-from specdec.rule import verify
+from specdec.rule import DrafterContractError, verify
 
 B, K, V = 100_000, 3, 6
 
@@ -64,9 +67,47 @@ def test_temperature_zero_is_exact_argmax():
 
 def test_shapes_and_the_drafter_contract_are_checked():
     p = torch.full((1, 3, V), 1 / V)
-    with pytest.raises(AssertionError, match="p must be"):
+    with pytest.raises(ValueError, match="p must be"):
         verify(torch.zeros(1, 3, dtype=torch.long), torch.full((1, 3, V), 1 / V), p, _gen())
     q = torch.zeros(1, 2, V)
     q[..., 1] = 1.0
-    with pytest.raises(AssertionError, match="q\\(x\\) == 0"):  # drafted 0 but q put its mass on 1
+    with pytest.raises(DrafterContractError, match=r"q\(x\) = 0.0"):  # drafted 0 but q put its mass on 1
         verify(torch.zeros(1, 2, dtype=torch.long), q, p, _gen())
+
+
+def test_the_drafter_contract_holds_under_python_O():
+    """Not an assert: with ``python -O`` a q(x) = 0 draft must still be refused, never accepted as p/0 = inf."""
+    code = ("import torch; from specdec.rule import verify, DrafterContractError\n"
+            "q = torch.zeros(1, 1, 4); q[..., 1] = 1.0; p = torch.full((1, 2, 4), 0.25)\n"
+            "try:\n    verify(torch.zeros(1, 1, dtype=torch.long), q, p, torch.Generator())\n"
+            "except DrafterContractError:\n    print('refused')\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "refused", out.stderr[-500:]
+
+
+def test_residual_is_normalised_when_q_is_not_one_hot():
+    """The resample distribution is norm(max(0, p - q)) exactly, also when its mass is below 1."""
+    p = _dist([0.5, 0.3, 0.2, 0, 0, 0], [1 / 6] * 6)
+    q = _dist([0.1, 0.6, 0.3, 0, 0, 0])
+    drafts = torch.ones(B, 1, dtype=torch.long)                        # x = 1, p/q = 0.5
+    v = verify(drafts, q.expand(B, 1, V), p.expand(B, 2, V), _gen())
+    rejected = v.n_accepted == 0
+    residual = _dist(0.4, 0, 0, 0, 0, 0)                              # max(0, p - q), mass 0.4
+    assert torch.allclose(v.next_dist[rejected][0], residual / residual.sum())
+    assert torch.allclose(v.next_dist.sum(-1), torch.ones(B))
+    accepted = ~rejected
+    assert torch.allclose(v.next_dist[accepted][0], p[1])              # the bonus comes from p_{K+1}
+    assert abs(accepted.float().mean().item() - 0.5) < 4 * (0.25 / B) ** 0.5
+
+
+def test_p_and_q_are_warped_before_the_ratio():
+    """The rule must see the warped (temperature, top-k, top-p) p and q: with top-k 1 every token
+    but the argmax has p = 0, so a draft of another token is always rejected, whatever raw p says."""
+    from specdec import SamplingConfig
+    from specdec.sampling import probs_from_logits
+    logits = torch.tensor([[2.0, 1.9, 0, 0, 0, 0], [0, 0, 0, 3.0, 0, 0]])
+    p = probs_from_logits(logits, SamplingConfig(1.0, top_k=1))        # one-hot on 0, then on 3
+    q = probs_from_logits(logits[:1] + torch.tensor([0, 0.2, 0, 0, 0, 0]), SamplingConfig(1.0, top_k=2))
+    assert p[0, 1] == 0 and 0 < q[0, 1] < 1                            # warped: x = 1 has no mass under p
+    v = verify(torch.ones(B, 1, dtype=torch.long), q.expand(B, 1, V), p.expand(B, 2, V), _gen())
+    assert bool((v.n_accepted == 0).all()) and bool((v.next_token == 0).all())

@@ -1,13 +1,16 @@
-"""Plotly figures for the app (app.py), built from trace records and the plain data of ``specdec.render``."""
+"""Plotly figures for the app, built from trace records and the plain data of ``specdec.render``."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specdec.render import COLORS, PHASE_NAMES, round_stats, theory_tokens_per_round
-from specdec.trace import ACCEPTED, PHASES, REJECTED, UNREACHED, RoundTrace
+from specdec.render import PHASE_NAMES, round_stats, theory_tokens_per_round
+from specdec.trace import ACCEPTED, AFTER_STOP, BONUS, PHASES, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace
 
-STATUS_COLORS = {ACCEPTED: COLORS[ACCEPTED], REJECTED: COLORS[REJECTED], UNREACHED: "#d1d5db"}
+# One colour per kind of token, shared by the charts and the token CSS (layout.CSS).
+COLORS = {ACCEPTED: "#86efac", REJECTED: "#fca5a5", RESAMPLED: "#fcd34d", BONUS: "#93c5fd", PLAIN: "#e5e7eb"}
+
+STATUS_COLORS = {ACCEPTED: COLORS[ACCEPTED], REJECTED: COLORS[REJECTED], UNREACHED: "#d1d5db", AFTER_STOP: "#d1d5db"}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f97316", "accept": "#a855f7", "rollback": "#10b981", "other": "#9ca3af"}
 
 
@@ -41,13 +44,18 @@ def ratio_figure(rounds: list[RoundTrace]) -> go.Figure:
 
 def distribution_figure(r: RoundTrace) -> go.Figure:
     """Top entries of p, q and the residual at the rejected position, or of p for the bonus token."""
-    if r.rejected_at is None:
-        panels = [("p (verifier), next position", r.next_top, COLORS["bonus"])]
-        title = f"Bonus token {r.next_token.text!r} drawn from p"
+    if r.next_kind is None:  # a stop token among the kept drafts ended the output
+        pos = r.positions[r.n_accepted - 1]
+        panels = [("p (verifier) at the stop token", pos.target_top, COLORS[ACCEPTED])]
+        title = f"Stop token {pos.text!r} kept: the output ends there"
+    elif r.rejected_at is None:
+        panels = [("p (verifier), next position", r.next_top, COLORS[r.next_kind])]
+        title = (f"Bonus token {r.next_token.text!r} drawn from p" if r.next_kind == BONUS
+                 else f"{r.next_token.text!r} drawn from p (nothing was drafted)")
     else:
         pos = r.positions[r.rejected_at]
         panels = [("p (verifier)", pos.target_top, "#f97316"), ("q (draft)", pos.draft_top, "#60a5fa"),
-                  ("residual max(0, p - q)", r.next_top, COLORS["resampled"])]
+                  ("residual norm(max(0, p - q))", r.next_top, COLORS[RESAMPLED])]
         title = f"Position {r.rejected_at + 1}: {pos.text!r} rejected, {r.next_token.text!r} resampled"
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels])
     for col, (name, top, color) in enumerate(panels, 1):
@@ -98,7 +106,7 @@ def race_figure(runs: dict[str, list[RoundTrace]]) -> go.Figure:
     for name, rounds in runs.items():
         ts, ns, n = [0.0], [0], 0
         for r in rounds:
-            n += len(r.committed)
+            n += len(r.emitted)
             ts.append(r.elapsed)
             ns.append(n)
         fig.add_trace(go.Scatter(x=ts, y=ns, mode="lines+markers", name=name, line_shape="hv"))

@@ -1,0 +1,110 @@
+"""The one settings record of a run, and the command-line options that fill it.
+
+:class:`RunSettings` is what a trace file records and what every entry point (CLI, app,
+benchmarks) writes: the prompt, who drafts, the models and where they run, and the decoding
+configuration. Its defaults come from :class:`~specdec.config.DecodeConfig` and
+:class:`ModelChoice`, declared once; ``add_model_arguments`` and ``add_decode_arguments`` build
+the matching argparse options for the CLI, the app and the benchmarks from them.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from .config import MAX_K, ConfigError, DecodeConfig, SamplingConfig, validate_prompt
+from .devices import DEVICES
+from .embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+from .precision import PRECISIONS
+
+DRAFTERS = ("model", "lookup", "none")  # the draft model, prompt lookup, or nobody (verifier only)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which models, on which device, in which precision. ``draft`` None: no draft model."""
+
+    target: str = DEFAULT_TARGET
+    draft: str | None = DEFAULT_DRAFT
+    device: str = "auto"
+    precision: str = "auto"
+
+    @classmethod
+    def of(cls, pair) -> ModelChoice:
+        """What a loaded pair actually is: the resolved device and precision, not "auto"."""
+        return cls(pair.target_name, pair.draft_name, str(pair.device), pair.precision.name)
+
+    def load(self, progress=None, k: int = DecodeConfig.k, drafter: str = "model"):
+        from .models import load_pair
+        return load_pair(self.target, self.draft if drafter == "model" else None, self.device, self.precision,
+                         progress=progress, k=k)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    prompt: str
+    drafter: str = "model"
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    models: ModelChoice = field(default_factory=ModelChoice)
+    chat_template: bool = True
+
+    def __post_init__(self):
+        validate_prompt(self.prompt)
+        if self.drafter not in DRAFTERS:
+            raise ConfigError(f"drafter must be one of {', '.join(DRAFTERS)} (got {self.drafter!r})", "drafter")
+
+    def to_dict(self) -> dict:
+        """Flat and JSON-ready: the ``settings`` object of a trace file."""
+        d, s, m = self.decode, self.decode.sampling, self.models
+        return {"prompt": self.prompt, "drafter": self.drafter, "chat_template": self.chat_template,
+                "target": m.target, "draft": m.draft if self.drafter == "model" else None, "device": m.device,
+                "precision": m.precision, "k": d.k, "confidence": d.confidence, "temperature": s.temperature,
+                "top_k": s.top_k, "top_p": s.top_p, "seed": d.seed, "max_new_tokens": d.max_new_tokens}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunSettings:
+        """Inverse of ``to_dict``; a missing entry takes its default. Raises ConfigError."""
+        decode, model = DecodeConfig(), ModelChoice()
+        get = lambda key, default: d.get(key, default)  # noqa: E731
+        sampling = SamplingConfig(get("temperature", decode.sampling.temperature), get("top_k", decode.sampling.top_k),
+                                  get("top_p", decode.sampling.top_p))
+        return cls(prompt=get("prompt", None), drafter=get("drafter", "model"), chat_template=get("chat_template", True),
+                   decode=DecodeConfig(get("max_new_tokens", decode.max_new_tokens), get("k", decode.k),
+                                       get("confidence", decode.confidence), get("seed", decode.seed), sampling),
+                   models=ModelChoice(get("target", model.target), get("draft", model.draft),
+                                      get("device", model.device), get("precision", model.precision)))
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    m = ModelChoice()
+    parser.add_argument("--target", default=m.target, help=f"verifier model (default {m.target})")
+    parser.add_argument("--draft", default=m.draft, help=f"draft model (default {m.draft})")
+    # No argparse ``choices``: the library checks these and its one-line error names the field.
+    parser.add_argument("--device", default=m.device, help=f"{', '.join(DEVICES)} (default auto: MPS, then CUDA, "
+                                                            "then CPU)")
+    parser.add_argument("--precision", default=m.precision,
+                        help=f"{', '.join(PRECISIONS)} (default auto: chosen by measurement on this machine)")
+
+
+def models_from_args(args: argparse.Namespace) -> ModelChoice:
+    return ModelChoice(args.target, args.draft or None, args.device, args.precision)
+
+
+def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
+    d = DecodeConfig()
+    parser.add_argument("--drafter", default="model",
+                        help=f"who drafts: {', '.join(DRAFTERS)} (none: verifier only; default model)")
+    parser.add_argument("--k", type=int, default=d.k, help=f"most drafted tokens per round, 1..{MAX_K} (default {d.k})")
+    parser.add_argument("--confidence", type=float, default=d.confidence,
+                        help="stop drafting after a token the draft gives less than this probability; "
+                             f"0 = always K (default {d.confidence})")
+    parser.add_argument("--temperature", type=float, default=d.sampling.temperature,
+                        help=f"0 = greedy (default {d.sampling.temperature:g})")
+    parser.add_argument("--top-k", type=int, default=d.sampling.top_k, help="0 disables (default 0)")
+    parser.add_argument("--top-p", type=float, default=d.sampling.top_p, help="in (0, 1] (default 1.0)")
+    parser.add_argument("--seed", type=int, default=d.seed, help=f"default {d.seed}")
+    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help=f"default {d.max_new_tokens}")
+
+
+def decode_from_args(args: argparse.Namespace) -> DecodeConfig:
+    return DecodeConfig(max_new_tokens=args.max_new_tokens, k=args.k, confidence=args.confidence, seed=args.seed,
+                        sampling=SamplingConfig(args.temperature, args.top_k, args.top_p))
