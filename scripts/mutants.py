@@ -1,0 +1,159 @@
+"""Plant one known bug at a time and check that the fast tests catch it (``make mutants``).
+
+    python scripts/mutants.py            # every mutant, one after the other (~10-20 min on 2 cores)
+    python scripts/mutants.py --list     # what is planted where
+    python scripts/mutants.py --only residual-unnormalised stop-last-token-only
+
+Each mutant is a literal edit of one source file in a scratch copy of the repository; the fast
+tier (``pytest -m "not real and not browser" -x``) then runs against that copy. A mutant is
+*killed* when some test fails, and *survives* when all pass: a survivor is a bug class the tests
+cannot see. Exit status 1 if any survives. The bug classes are those an independent mutation run
+found slipping through, plus the classic mistakes of speculative decoding implementations.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    why: str
+
+
+MUTANTS = [
+    Mutant("residual-unnormalised", "specdec/rule.py",
+           "residual / mass.clamp_min(1e-30)", "residual",
+           "the resample distribution is max(0, p - q) without dividing by its mass"),
+    Mutant("residual-wrong-position", "specdec/rule.py",
+           "p_next = target_probs[rows, n_accepted]", "p_next = target_probs[rows, (n_accepted + 1).clamp_max(K)]",
+           "the resample or bonus comes from the next position's p"),
+    Mutant("ratio-inverted", "specdec/rule.py",
+           "ratios = p_x / q_x", "ratios = q_x / p_x.clamp_min(1e-30)",
+           "q/p instead of p/q (the letters of Chen et al. read as Leviathan's)"),
+    Mutant("one-draw-for-all-positions", "specdec/rule.py",
+           "uniforms = 1.0 - torch.rand((B, K), generator=generator)",
+           "uniforms = (1.0 - torch.rand((B, 1), generator=generator)).expand(B, K)",
+           "one uniform u shared by every drafted position of a round"),
+    Mutant("bonus-skipped", "specdec/engine.py",
+           "new = drafted[:n_acc] + [int(v.next_token[0])]",
+           "new = drafted[:n_acc] + ([int(v.next_token[0])] if n_acc < k else [])",
+           "no bonus token when every draft is kept"),
+    Mutant("stop-last-token-only", "specdec/engine.py",
+           "stop_at = next((i for i, tok in enumerate(new) if tok in pair.stop_ids), None)",
+           "stop_at = len(new) - 1 if new[-1] in pair.stop_ids else None",
+           "a stop token is looked for only at the end of the round's new tokens"),
+    Mutant("rng-reseeded-each-round", "specdec/engine.py",
+           "            t0 = clock()\n", "            t0 = clock()\n            generator.manual_seed(cfg.seed)\n",
+           "the generator is re-seeded every round, so rounds repeat their draws"),
+    Mutant("p-not-warped", "specdec/engine.py",
+           "target_probs = probs_from_logits(logits, s)",
+           "target_probs = probs_from_logits(logits, type(s)(1.0) if s.temperature else s)",
+           "the verifier's p ignores temperature, top-k and top-p while q uses them"),
+    Mutant("q-reported-unwarped", "specdec/drafters.py",
+           "            dists.append(q)\n", "            dists.append(torch.softmax(logits.float(), -1))\n",
+           "the draft samples from warped q but reports the raw softmax (the argmax/softmax mismatch family)"),
+    Mutant("lookup-q-not-one-hot", "specdec/drafters.py",
+           "probs[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0",
+           "probs[torch.arange(len(tokens)), torch.tensor(tokens)] = 0.9\n            probs += 0.1 / self.vocab_size",
+           "prompt lookup reports a smoothed q instead of the one-hot it drafts from"),
+    Mutant("rollback-one-too-far", "specdec/cache.py",
+           "excess = len(self) - (len(context) - 1)", "excess = len(self) - (len(context) - 2)",
+           "the cache is cropped one entry more than the invariant says"),
+    Mutant("padding-rows-sampled", "specdec/models.py",
+           "self.vocab_size = min([len(self.tokenizer)] + [", "self.vocab_size = min([10**9] + [",
+           "p and q include the output layer's padding rows beyond the tokenizer"),
+    Mutant("stopped-round-keeps-bonus", "specdec/engine.py",
+           "stopped_in_drafts = len(new) <= n_acc", "stopped_in_drafts = False",
+           "a round cut at a stop token still records the uncut accepted count and a bonus"),
+    Mutant("clock-without-sync", "specdec/devices.py",
+           "        synchronize(self.device)\n", "",
+           "phase times read without waiting for the device (CUDA/MPS time only the launch)"),
+    Mutant("contract-as-assert", "specdec/rule.py",
+           "    if not bool((q_x > 0).all()):\n",
+           "    assert bool((q_x > 0).all())\n    if False:\n",
+           "q(x) > 0 checked by an assert, which python -O removes"),
+    Mutant("int-temperature-kept", "specdec/config.py",
+           "        _set(self, \"temperature\", float(t))\n", "",
+           "an integer temperature reaches transformers' warper, which refuses it"),
+]
+
+
+def scratch_copy() -> Path:
+    dest = Path(tempfile.mkdtemp(prefix="specdec-mutant-"))
+    for name in ("specdec", "specdec_ui", "benchmarks", "tests", "notebooks", "app.py", "pyproject.toml",
+                 "requirements.txt"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def run_tests(where: Path, timeout: int) -> tuple[bool, str]:
+    """(all passed, the first failing test or the reason)."""
+    env = {**os.environ, "PYTHONPATH": str(where)}  # the copy, not the editable install
+    check = subprocess.run([sys.executable, "-c", "import specdec; print(specdec.__file__)"], cwd=where, env=env,
+                           capture_output=True, text=True)
+    assert check.stdout.strip().startswith(str(where)), f"imports the wrong specdec: {check.stdout}{check.stderr}"
+    try:
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                              "-m", "not real and not browser"], cwd=where, env=env, capture_output=True,
+                             text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout} s"
+    failed = [line for line in out.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    return out.returncode == 0, (failed[0] if failed else out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--only", nargs="*", help="run only these mutants")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per test run (default 900)")
+    args = ap.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    if args.list or not chosen:
+        for m in MUTANTS:
+            print(f"{m.name:28s} {m.path:22s} {m.why}")
+        return 0 if args.list else 2
+    survivors = []
+    for m in chosen:
+        where = scratch_copy()
+        try:
+            path = where / m.path
+            text = path.read_text()
+            if text.count(m.old) != 1:
+                print(f"{m.name:28s} STALE: the planted text is not in {m.path} exactly once; update the mutant")
+                survivors.append(m.name)
+                continue
+            path.write_text(text.replace(m.old, m.new))
+            t0 = time.perf_counter()
+            passed, detail = run_tests(where, args.timeout)
+            verdict = "SURVIVED" if passed else "killed  "
+            print(f"{m.name:28s} {verdict} {time.perf_counter() - t0:5.0f} s  {detail}", flush=True)
+            if passed:
+                survivors.append(m.name)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+    print(f"\n{len(chosen) - len(survivors)}/{len(chosen)} mutants killed" +
+          (f"; survivors: {', '.join(survivors)}" if survivors else ""))
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
