@@ -94,8 +94,8 @@ MUTANTS = [
 
 def scratch_copy() -> Path:
     dest = Path(tempfile.mkdtemp(prefix="specdec-mutant-"))
-    for name in ("specdec", "specdec_ui", "benchmarks", "tests", "notebooks", "app.py", "pyproject.toml",
-                 "requirements.txt"):
+    for name in ("specdec", "specdec_ui", "benchmarks", "tests", "notebooks", "scripts", "app.py", "pyproject.toml",
+                 "requirements.txt", "Makefile"):
         src = ROOT / name
         if src.is_dir():
             shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))

@@ -18,6 +18,8 @@ from transformers import DynamicCache
 
 from .qwen2 import LeanQwen2
 
+PREFILL_CHUNK = 256  # tokens per prefill forward: a long prompt stays cancellable
+
 
 class CachedLM:
     def __init__(self, model, vocab_size: int):
@@ -45,10 +47,14 @@ class CachedLM:
         out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep)
         return out.logits[0, -keep:, : self.vocab_size]  # (keep, V)
 
-    def prefill(self, ids: list[int]) -> None:
-        """Feed tokens whose logits nobody needs (the prompt but its last token)."""
-        if ids:
-            self.forward(ids, keep=1)
+    def prefill(self, ids: list[int], cancelled=lambda: False) -> bool:
+        """Feed tokens whose logits nobody needs (the prompt but its last token), in chunks of
+        ``PREFILL_CHUNK`` so that a long prompt can be cancelled between two; False if it was."""
+        for i in range(0, len(ids), PREFILL_CHUNK):
+            if cancelled():
+                return False
+            self.forward(ids[i:i + PREFILL_CHUNK], keep=1)
+        return True
 
     def rollback(self, context: list[int]) -> None:
         """Crop to the longest valid prefix: at most the whole context but its last token."""

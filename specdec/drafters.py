@@ -35,9 +35,8 @@ class Drafter:
                 generator: torch.Generator, confidence: float = 0.0) -> Proposal:
         raise NotImplementedError
 
-    def prefill(self, prompt: list[int]) -> None:
-        if self.cache is not None:
-            self.cache.prefill(prompt[:-1])
+    def prefill(self, prompt: list[int], cancelled=lambda: False) -> bool:
+        return self.cache.prefill(prompt[:-1], cancelled) if self.cache is not None else True
 
     def rollback(self, context: list[int]) -> None:
         if self.cache is not None:

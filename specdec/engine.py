@@ -12,6 +12,7 @@ true on CUDA and MPS too.
 """
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import torch
@@ -23,8 +24,8 @@ from .drafters import Drafter, LookupDrafter, ModelDrafter, NoDrafter
 from .rule import verify
 from .sampling import probs_from_logits
 from .settings import DRAFTERS
-from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, DraftPosition, PhaseTimes,
-                    RoundTrace, RunSummary, TokenProb, summarize)
+from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, Candidate, DraftPosition,
+                    PhaseTimes, RoundTrace, RunSummary, TokenProb, summarize)
 
 TOP_N = 8  # entries of p, q and the residual kept per position: enough for a bar chart
 
@@ -50,7 +51,9 @@ class Generation:
         self.text = ""
         self.rounds: list[RoundTrace] = []
         self.prefill_s = 0.0
-        self.stop_reason: str | None = None  # eos | max_new_tokens | context
+        self.waited_s = 0.0  # time spent waiting for other users of the shared models (not in any phase)
+        self.stop_reason: str | None = None  # eos | max_new_tokens | context | cancelled
+        self._cancelled = False
         self._clock = Clock(pair.device)
         self._steps = self._loop()
 
@@ -64,8 +67,15 @@ class Generation:
         return self
 
     def __next__(self) -> RoundTrace:
+        t = time.perf_counter()
         with self.pair.lock:  # the models are shared between sessions: one round at a time
+            self.waited_s += time.perf_counter() - t
             return next(self._steps)
+
+    def cancel(self) -> None:
+        """End the run before its next round, or between two chunks of a long prefill; safe from
+        another thread. The run then ends with ``stop_reason == "cancelled"``."""
+        self._cancelled = True
 
     def run(self) -> Generation:
         for _ in self:
@@ -85,11 +95,16 @@ class Generation:
         context = list(self.prompt_ids)  # prompt + every emitted token
         target = CachedLM(pair.target, pair.vocab_size)
         t_prefill = clock()
-        target.prefill(context[:-1])
-        drafter.prefill(context)
+        done = target.prefill(context[:-1], lambda: self._cancelled) and drafter.prefill(context, lambda: self._cancelled)
         self.prefill_s = clock() - t_prefill
+        if not done:
+            self.stop_reason = "cancelled"
+            return
 
         while True:
+            if self._cancelled:
+                self.stop_reason = "cancelled"
+                return
             room = min(cfg.max_new_tokens - len(self.token_ids), pair.max_positions - len(context))
             if room <= 0:
                 self.stop_reason = "max_new_tokens" if len(self.token_ids) >= cfg.max_new_tokens else "context"
@@ -159,8 +174,7 @@ class Generation:
             positions.append(DraftPosition(
                 token_id=tok, text=self.pair.token_text(tok), q=float(q[tok]), p=float(p[tok]),
                 ratio=float(v.ratios[0, i]), u=float(v.uniforms[0, i]),
-                beta=float(torch.minimum(p, q).sum()), status=status,
-                target_top=self._top(p), draft_top=self._top(q)))
+                beta=float(torch.minimum(p, q).sum()), status=status, candidates=self._candidates(p, q, tok)))
         return dict(index=len(self.rounds), context_len=context_len, positions=tuple(positions),
                     n_accepted=emitted_drafts, rejected_at=n_acc if n_acc < k and not stopped_in_drafts else None,
                     next_kind=kind,
@@ -180,6 +194,17 @@ class Generation:
             pieces.append(text[len(self.text):])
             self.text = text
         return tuple(pieces)
+
+    def _candidates(self, p: torch.Tensor, q: torch.Tensor, drafted: int) -> tuple[Candidate, ...]:
+        """The top of p and the top of q (with mass) and the drafted token, each with both
+        probabilities, largest first: one shared token axis for the chart of this position."""
+        n = min(TOP_N, p.shape[-1])
+        ids = {drafted}
+        for dist in (p, q):
+            vals, top = dist.topk(n)
+            ids |= {int(i) for x, i in zip(vals, top) if x > 0}
+        ranked = sorted(ids, key=lambda i: -max(float(p[i]), float(q[i])))
+        return tuple(Candidate(i, self.pair.token_text(i), float(p[i]), float(q[i])) for i in ranked)
 
     def _top(self, dist: torch.Tensor) -> tuple[TokenProb, ...]:
         vals, ids = dist.topk(min(TOP_N, dist.shape[-1]))

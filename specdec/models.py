@@ -223,7 +223,7 @@ class ModelPair:
             raise ConfigError("prompt must encode to at least one token (got none from the tokenizer)", "prompt")
         if len(ids) >= self.max_positions:
             raise ConfigError(f"prompt must be shorter than the context of {self.max_positions} tokens "
-                              f"(got {len(ids)} tokens)")
+                              f"(got {len(ids)} tokens)", "prompt")
         return list(ids)
 
     def param_counts(self) -> dict[str, int]:
@@ -232,6 +232,16 @@ class ModelPair:
         if self.draft is not None:
             out["draft"] = _num_parameters(self.draft)
         return out
+
+    @staticmethod
+    def parameter_breakdown(model) -> dict:
+        """Total parameters, the embedding table and the output layer, and whether the original ties
+        the two (then a model's published size counts that table once)."""
+        hidden = model.config.hidden_size
+        embedding = (model.embed.shape[0] if isinstance(model, qwen2.LeanQwen2)
+                     else model.get_input_embeddings().weight.shape[0]) * hidden
+        return {"total": _num_parameters(model), "embedding": embedding, "output": output_rows(model) * hidden,
+                "tied": bool(getattr(model.config, "tie_word_embeddings", False))}
 
 
 def output_rows(model) -> int:

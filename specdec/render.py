@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .trace import ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace, RunSummary
+from .trace import ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace
 
-LABELS = (ACCEPTED, REJECTED, RESAMPLED, BONUS, PLAIN)  # every kind of token in the colour-coded text
+TOKEN_KINDS = (ACCEPTED, REJECTED, RESAMPLED, BONUS, PLAIN)  # every kind of token in the colour-coded text
 PHASE_NAMES = {"draft": "drafting", "verify": "verifier forward", "accept": "accept/reject",
                "rollback": "cache rollback", "other": "other"}
 
@@ -95,9 +95,10 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
         how = ("Prompt lookup copied the tokens that followed the latest earlier occurrence of the context's last "
                "n-gram; it is deterministic, so q is one-hot (q(x) = 1) and a token will be kept with probability "
                "p(x)." if drafter == "lookup" else
-               f"The small draft model ran {k} cheap forward passes, sampling each token from its distribution q "
-               "and reporting exactly that q(x).")
-        return f"**Draft.** {how} Nothing is committed yet: the {k} tokens are only a guess at the verifier's output."
+               f"The small draft model ran {_n(k, 'cheap forward pass', 'cheap forward passes')}, sampling each token "
+               "from its distribution q and reporting exactly that q(x).")
+        return (f"**Draft.** {how} Nothing is committed yet: the {_n(k, 'token is', 'tokens are')} only a guess at "
+                "the verifier's output.")
     if phase == "verify":
         if k == 0:
             return (f"**Verify.** One verifier forward produced p for the next position and "
@@ -123,12 +124,16 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                      "so the output equals greedy decoding of the verifier.")
         return head + tail
     cut = r.target_cache[0] - r.target_cache[1]
-    how = (f"The verifier's KV cache was cut back by {cut} entries (lengths below), dropping what it computed for "
+    how = (f"The verifier's KV cache was cut back by {_n(cut, 'entry', 'entries')} (lengths below), dropping what it computed for "
            "drafts that were not kept, so that it holds every context token but the last."
            if cut > 0 else "Every entry the verifier computed belongs to kept tokens, so its KV cache needed no cut; "
            "it holds every context token but the last, as before every round.")
-    return (f"**Commit.** {len(r.emitted)} token(s) joined the context. {how} The next round starts from the new "
-            "context.")
+    return (f"**Commit.** {_n(len(r.emitted), 'token', 'tokens')} joined the context. {how} The next round starts "
+            "from the new context.")
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def cache_text(r: RoundTrace) -> str:
@@ -137,7 +142,10 @@ def cache_text(r: RoundTrace) -> str:
     out = (f"Verifier KV cache: {before} before the round, {r.target_cache[0]} after the forward, "
            f"{r.target_cache[1]} after the rollback.")
     if r.draft_cache is not None:
-        out += (f" Draft KV cache: {r.draft_cache[0]} after drafting, {r.draft_cache[1]} after the rollback.")
+        out += f" Draft KV cache: {r.draft_cache[0]} after drafting, {r.draft_cache[1]} after the rollback."
+        if r.draft_cache[1] < r.target_cache[1]:
+            out += (" The draft's cache is one shorter: it never ran its last drafted token through itself (that "
+                    "token was kept, so nothing needed it); it catches up in its next forward.")
     return out
 
 
@@ -169,17 +177,6 @@ def round_stats(rounds: list[RoundTrace]) -> RoundStats:
         running_tokens.append(tokens / n)
     return RoundStats([r.index + 1 for r in rounds], [r.n_accepted for r in rounds], [r.drafted for r in rounds],
                       running_a, running_tokens, max((r.drafted for r in rounds), default=0))
-
-
-def summary_text(s: RunSummary, a: float | None = None) -> str:
-    out = (f"{s.new_tokens} tokens in {s.wall_s:.2f} s = **{s.tokens_per_s:.2f} tok/s**, {s.rounds} rounds, "
-           f"{s.target_forwards} verifier forwards")
-    if s.drafted:
-        out += (f"; {s.accepted}/{s.drafted} drafts kept ({s.acceptance_rate:.0%}), "
-                f"{s.mean_tokens_per_round:.2f} tokens per round")
-        if a is not None:
-            out += f"; acceptance a = {a:.2f} per reached position"
-    return out
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

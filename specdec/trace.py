@@ -19,7 +19,7 @@ ACCEPTED, REJECTED, UNREACHED, AFTER_STOP = "accepted", "rejected", "unreached",
 # drawn from p when every draft was kept, or drawn from p in a round that drafted nothing (plain
 # decoding: the verifier-only baseline, or prompt lookup without a match).
 RESAMPLED, BONUS, PLAIN = "resampled", "bonus", "plain"
-TRACE_FORMAT = 2
+TRACE_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,16 @@ class TokenProb:
     token_id: int
     text: str
     prob: float
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A token both distributions are shown for at a drafted position: p and q on one axis."""
+
+    token_id: int
+    text: str
+    p: float
+    q: float
 
 
 @dataclass(frozen=True)
@@ -41,8 +51,7 @@ class DraftPosition:
     u: float                      # the uniform draw in (0, 1]
     beta: float                   # sum_v min(p(v), q(v)): expected acceptance here, free of coin-flip noise
     status: str                   # accepted | rejected | unreached (after the first rejection) | after_stop
-    target_top: tuple[TokenProb, ...]
-    draft_top: tuple[TokenProb, ...]
+    candidates: tuple[Candidate, ...]  # the top of p and of q, and the drafted token: p and q of each
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,7 @@ class RoundTrace:
     @classmethod
     def from_dict(cls, d: dict) -> RoundTrace:
         top = lambda xs: tuple(TokenProb(**x) for x in xs)  # noqa: E731
-        pos = tuple(DraftPosition(**{**x, "target_top": top(x["target_top"]), "draft_top": top(x["draft_top"])})
+        pos = tuple(DraftPosition(**{**x, "candidates": tuple(Candidate(**c) for c in x["candidates"])})
                     for x in d["positions"])
         nxt = d["next_token"]
         return cls(**{**d, "positions": pos, "next_token": None if nxt is None else TokenProb(**nxt),

@@ -1,24 +1,33 @@
-"""What each button does: the form's values in, a view record (or a Problem) out.
+"""What each button does: the form's values in, view records (or a Problem) out.
 
-Plain functions of a :class:`~.state.Loader`, a :class:`~.state.Session` and the form as a dict
-keyed by :data:`~.state.FORM`; no gradio, so the tier-1 tests call them directly with tiny models.
-The models are shared by every session through the loader; the engine serialises their use per round.
+Plain functions and generators of a :class:`~.state.Loader`, a :class:`~.state.Session` and the
+form as a dict keyed by :data:`~.state.FORM`; no gradio, so the tier-1 tests call them directly
+with tiny models. The models are shared by every session through the loader and used one round at
+a time: a handler that finds them busy first yields a view that says it is waiting.
 """
 from __future__ import annotations
 
 import os
 import tempfile
 import uuid
+from dataclasses import replace
 from typing import Iterator
 
 from specdec import ConfigError, Generation, NumericalError, TraceFile
-from specdec.render import first_difference, segments, summary_text
+from specdec.render import first_difference, output_text, segments
 
 from . import charts
-from .state import Loader, Session, Walkthrough, parse_form
-from .views import CompareView, Problem, RunView, StepView, run_view, step_view
+from .state import FIELD_LABELS, Loader, Session, changes, parse_form
+from .views import CompareView, Problem, RunView, StepView, field_message, plain_html, run_view, step_view, summary_markdown
 
-NOT_READY = "the models are still loading; this works as soon as they are ready"
+NOT_READY = "The models are still loading; this works as soon as they are ready."
+WAITING = "Waiting for another session's round to finish (the models are shared, one round at a time)..."
+
+
+def _problem(e: Exception, form: dict | None = None) -> Problem:
+    field = getattr(e, "field", None)
+    p = Problem(str(e), field)
+    return Problem(field_message(p, FIELD_LABELS, (form or {}).get(field, 0)), field)
 
 
 def _settings(loader: Loader, form: dict):
@@ -27,35 +36,45 @@ def _settings(loader: Loader, form: dict):
     try:
         return parse_form(form, loader.pair)
     except ConfigError as e:
-        return Problem(str(e), e.field)
+        return _problem(e, form)
+
+
+def _busy(loader: Loader) -> bool:
+    return loader.pair.lock.locked()
 
 
 # ---- step through one round -------------------------------------------------------------------
 
-def step(loader: Loader, action: str, session: Session, form: dict) -> StepView | Problem:
+def step(loader: Loader, action: str, session: Session, form: dict) -> Iterator[StepView | Problem]:
     """action: draft | verify | next | step | reset (see :class:`~.state.Walkthrough`)."""
     settings = _settings(loader, form)
     if isinstance(settings, Problem):
-        return settings
+        yield settings
+        return
     notice = ""
     try:
         if action == "reset" or session.gen is None or settings != session.settings:
             if session.gen is not None and action != "reset":
-                notice = "Settings changed: started a new generation. "
+                kept = len(session.walk.rounds) + session.walk.pending
+                notice = (f"{', '.join(changes(session.settings, settings)) or 'Settings'} changed: the step-through "
+                          f"restarted from the prompt ({kept} round{'s' * (kept != 1)} on show discarded). ")
             session.restart(settings, Generation.from_prompt(loader.pair, settings.prompt, settings.decode,
                                                              settings.drafter))
         walk = session.walk
+        if walk.needs_round(action) and _busy(loader):
+            yield replace(step_view(walk, settings.drafter, settings.decode.sampling.greedy, ""), status=WAITING)
         new_round = next(session.gen, None) if walk.needs_round(action) else None
     except (ConfigError, NumericalError) as e:
-        return Problem(str(e), getattr(e, "field", None))
+        yield _problem(e, form)
+        return
     session.walk, said = walk.press(action, new_round, session.gen.stop_reason)
-    return step_view(session.walk, settings.drafter, settings.decode.sampling.greedy, notice + said)
+    yield step_view(session.walk, settings.drafter, settings.decode.sampling.greedy, notice + said)
 
 
 # ---- run the whole generation -----------------------------------------------------------------
 
 def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Problem]:
-    """Stream one view per round; Stop ends the run cleanly after the round in progress."""
+    """Stream one view per round; Stop ends the run cleanly, also in the middle of a long prefill."""
     settings = _settings(loader, form)
     if isinstance(settings, Problem):
         yield settings
@@ -63,26 +82,28 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
     try:
         gen = Generation.from_prompt(loader.pair, settings.prompt, settings.decode, settings.drafter)
     except ConfigError as e:
-        yield Problem(str(e), e.field)
+        yield _problem(e, form)
         return
-    session.stop, session.running = False, True
+    session.stop, session.running = False, [gen]
     try:
+        yield _live(gen, "Waiting for another session's round..." if _busy(loader) else
+                    "Reading the prompt (the prefill)...")
         for _ in gen:
-            yield _live(session, gen, f"Round {len(gen.rounds)}...")
-            if session.stop:
-                break
+            yield _live(gen, f"Round {len(gen.rounds)}...")
+            if _busy(loader):
+                yield _live(gen, WAITING)
     except NumericalError as e:
-        yield Problem(str(e))
+        yield _problem(e)
     finally:
-        session.running = False
-    ended = f"Finished ({gen.stop_reason})." if gen.done else f"Stopped after {len(gen.rounds)} rounds."
+        session.running = []
+    ended = (f"Finished ({gen.stop_reason})." if gen.stop_reason not in (None, "cancelled") else
+             f"Stopped after {len(gen.rounds)} rounds.")
     trace = TraceFile(settings.to_dict(), tuple(gen.rounds), gen.prefill_s, gen.text, gen.stop_reason)
-    yield _live(session, gen, ended, _write_trace(trace.to_json()))
+    yield _live(gen, ended, _write_trace(trace.to_json()))
 
 
-def _live(session: Session, gen: Generation, status: str, download: str | None = None) -> RunView:
-    session.run_segments = segments(gen.rounds)
-    return run_view(gen.rounds, gen.prefill_s, status, download)
+def _live(gen: Generation, status: str, download: str | None = None) -> RunView:
+    return run_view(gen.rounds, gen.prefill_s, status, download, gen.waited_s)
 
 
 def replay(session: Session, path: str | None) -> RunView | Problem | None:
@@ -93,20 +114,21 @@ def replay(session: Session, path: str | None) -> RunView | Problem | None:
         with open(path, encoding="utf-8") as f:
             trace = TraceFile.from_json(f.read())
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        return Problem(str(e), "upload")
+        return Problem(f"{os.path.basename(path)}: {e}. The view above is unchanged.", "upload")
     s = trace.settings
     where = ", ".join(f"{k} {s[k]}" for k in ("target", "device", "precision") if s.get(k))
-    session.run_segments = segments(list(trace.rounds))
     return run_view(list(trace.rounds), trace.prefill_s,
                     f"Replayed a trace of {len(trace.rounds)} rounds ({where}); prompt: {s.get('prompt')!r}.")
 
 
 def stop(session: Session) -> str:
-    """Ask the session's run or comparison to end after the round in progress."""
+    """End the session's run or comparison: before its next round, or inside a long prefill."""
     if not session.running:
         return "Nothing is running."
     session.stop = True
-    return "Stopping after the current round..."
+    for gen in session.running:
+        gen.cancel()
+    return "Stopping..."
 
 
 def _write_trace(text: str) -> str:
@@ -132,23 +154,25 @@ def compare(loader: Loader, session: Session, form: dict) -> Iterator[CompareVie
         runs = {name: Generation.from_prompt(loader.pair, settings.prompt, settings.decode, drafter)
                 for name, drafter in (("verifier only", "none"), ("speculative", settings.drafter))}
     except ConfigError as e:
-        yield Problem(str(e), e.field)
+        yield _problem(e, form)
         return
-    session.stop, session.running = False, True
+    session.stop, session.running = False, list(runs.values())
+    greedy = settings.decode.sampling.greedy
     live = dict(runs)
     try:
         while live and not session.stop:
+            if _busy(loader):
+                yield replace(_compare_view(runs, greedy, finished=False), badge=WAITING)
             name = min(live, key=lambda n: live[n].rounds[-1].elapsed if live[n].rounds else 0.0)
             if next(live[name], None) is None or live[name].done:
                 del live[name]
-            yield _compare_view(runs, settings.decode.sampling.greedy, finished=not live)
+            yield _compare_view(runs, greedy, finished=not live)
     except NumericalError as e:
-        yield Problem(str(e))
+        yield _problem(e)
     finally:
-        session.running = False
-    if live:
-        view = _compare_view(runs, settings.decode.sampling.greedy, finished=False)
-        yield CompareView(**{**view.__dict__, "badge": "Stopped."})
+        session.running = []
+    if live or any(g.stop_reason == "cancelled" for g in runs.values()):
+        yield replace(_compare_view(runs, greedy, finished=False), badge="Stopped.")
 
 
 def _compare_view(runs: dict[str, Generation], greedy: bool, finished: bool) -> CompareView:
@@ -156,7 +180,8 @@ def _compare_view(runs: dict[str, Generation], greedy: bool, finished: bool) -> 
     b, s = base.summary(), spec.summary()
     badge = "Running..."
     if finished:
-        speedup = f"**Speedup {s.tokens_per_s / b.tokens_per_s:.2f}x** in tokens/s. " if b.tokens_per_s else ""
+        speedup = (f"**Speedup {s.tokens_per_s / b.tokens_per_s:.2f}x** in tokens per second of each run's own "
+                   "compute. " if b.tokens_per_s else "")
         if not greedy:
             badge = ("Sampling (temperature > 0): the two outputs differ by design; each is a sample from the "
                      "verifier's p.")
@@ -167,5 +192,7 @@ def _compare_view(runs: dict[str, Generation], greedy: bool, finished: bool) -> 
                      "happens at a tie or near-tie of the verifier's top logits, where a forward over K+1 positions "
                      "and a single-token one can round differently and pick different argmaxes.")
         badge = speedup + badge
-    return CompareView(base.text, spec.text, summary_text(b), summary_text(s), badge,
+    return CompareView(badge, summary_markdown(b, base.rounds, base.waited_s) if base.rounds else "",
+                       summary_markdown(s, spec.rounds, spec.waited_s) if spec.rounds else "",
+                       plain_html(base.text), plain_html(spec.text),
                        charts.race_figure({n: g.rounds for n, g in runs.items()}))

@@ -1,7 +1,8 @@
-"""The page: a header, the settings column, and one function per tab.
+"""The page: a header, the settings in a sidebar, and one function per tab.
 
 Each tab builds one component per field of its view record (:mod:`.views`) and shows a record by
-those fields; a :class:`~.views.Problem` leaves every component as it is and only sets the message.
+those fields. A :class:`~.views.Problem` changes nothing the page shows but the message at the
+field it concerns (the field's hint line turns into the message) and a toast.
 """
 from __future__ import annotations
 
@@ -11,12 +12,10 @@ from html import escape
 
 import gradio as gr
 
-from specdec.render import ROW_HEADERS
-
 from . import handlers as h
 from .charts import COLORS
-from .state import FORM, Loader, Session, form_defaults
-from .views import CompareView, Problem, RunView, StepView, legend_html
+from .state import FORM, FIELD_LABELS, Loader, Session, form_defaults
+from .views import CompareView, Problem, RunView, StepView, legend_html, plain_html
 
 EXAMPLES = [
     ["Write a Python function that returns the n-th Fibonacci number iteratively.", "model"],
@@ -26,162 +25,196 @@ EXAMPLES = [
      "def add_all(items):\n    x = 0\n    for item in items:\n        x = x + item\n    return x\n", "lookup"],
     ["In three sentences, explain why the sky is blue.", "model"],
 ]
-INTRO = """# Speculative decoding, step by step
-A small **draft** model proposes K tokens; the large **verifier** checks them all in one forward pass and keeps a
-leading run, so the output is distributed exactly as if the verifier had written it alone (Leviathan et al. 2023).
-Letters as in the paper: **p** is the verifier's distribution, **q** the draft's."""
+INTRO = ("**Speculative decoding, step by step.** A small *draft* model proposes K tokens; the *verifier* checks "
+         "them in one forward pass and keeps a leading run, so the output is distributed exactly as the verifier's "
+         "own (Leviathan et al. 2023). **p** = verifier, **q** = draft. Settings: the sidebar.")
+HINTS = {"prompt": None, "drafter": None, "k": "most tokens the draft proposes per round, 1 to 32",
+         "confidence": "a draft stops early after a token it gives less than this",
+         "temperature": "0 = greedy; try 0.8 to see the rule at work", "top_k": "0 = off", "top_p": "1 = off",
+         "seed": "same seed, same run", "max_new_tokens": "tokens to generate"}
 # Every kind of token has a colour and a second cue: rejected drafts are struck through (<del>),
-# resampled tokens have a dashed underline, bonus tokens a double one, accepted drafts a solid one.
+# resampled tokens have a dashed underline, bonus tokens a double one, accepted drafts a solid one,
+# verifier-only tokens none. Whitespace markers are CSS content: seen, never copied.
 CSS = f"""
-.spec-tokens {{ line-height: 1.9; white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: 14px; }}
+.spec-tokens, .spec-plain {{ line-height: 1.9; white-space: pre-wrap; font-family: ui-monospace, Menlo, Consolas,
+  monospace; font-size: 14px; margin: 0; color: #111827; }}
+.spec-plain {{ background: #f9fafb; padding: 8px; border-radius: 6px; max-height: 360px; overflow: auto; }}
+.spec-empty {{ color: #4b5563; font-style: italic; }}
 .tok {{ color: #111827; border-radius: 3px; padding: 1px 0; text-decoration-thickness: 2px; }}
-.tok:focus {{ outline: 2px solid #1d4ed8; }}
+.tok:focus {{ outline: 3px solid #1d4ed8; outline-offset: 1px; }}
 .tok-accepted {{ background: {COLORS['accepted']}; border-bottom: 2px solid #15803d; }}
 .tok-rejected {{ background: {COLORS['rejected']}; text-decoration: line-through; }}
 .tok-resampled {{ background: {COLORS['resampled']}; border-bottom: 2px dashed #92400e; }}
 .tok-bonus {{ background: {COLORS['bonus']}; border-bottom: 4px double #1e40af; }}
 .tok-plain {{ background: {COLORS['plain']}; }}
-.spec-legend .tok {{ margin-right: 8px; padding: 1px 4px; font-size: 13px; }}
+.sp, .tab, .nl {{ position: relative; }}
+.sp::before {{ content: "·"; position: absolute; left: 0; right: 0; text-align: center; color: #6b7280; }}
+.tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
+.nl::before {{ content: "↵"; color: #6b7280; }}
+.spec-legend, .spec-ready {{ font-size: 13px; margin: 0; }}
+.spec-legend .tok {{ margin-right: 6px; padding: 1px 4px; }}
+.field-error textarea, .field-error input {{ border-color: #b91c1c !important; }}
+.field-error .info, .field-error span[data-testid="block-info"] + div {{ color: #b91c1c !important; }}
 """
+THEME = gr.themes.Default(primary_hue="blue").set(
+    # white text on these fills is at least 4.5:1 (WCAG AA): #1d4ed8 6.7:1, #b91c1c 6.5:1
+    button_primary_background_fill="#1d4ed8", button_primary_background_fill_hover="#1e40af",
+    button_primary_text_color="#ffffff", button_cancel_background_fill="#b91c1c",
+    button_cancel_background_fill_hover="#991b1b", button_cancel_text_color="#ffffff")
+PLOT_MIN_WIDTH = 450
+# On a phone-sized window the open sidebar would cover the page: start it closed there.
+CLOSE_SIDEBAR_WHEN_NARROW = """() => setTimeout(() => {
+  if (window.innerWidth < 900) document.querySelector('.sidebar.open .toggle-button')?.click();
+}, 300)"""  # two plots share a row from ~900 px of content width; below it, one plot per row
 
 
 def build_demo(loader: Loader) -> gr.Blocks:
     with gr.Blocks(title="Speculative decoding") as demo:
         session = gr.State(lambda: Session())  # a callable: a fresh Session per browser session
-        gr.Markdown(INTRO)
-        needs_models = []
+        with gr.Sidebar(open=True, label="Settings"):
+            form = _settings()
         header = _header(loader)
-        with gr.Row():
-            with gr.Column(scale=1, min_width=300):
-                form, message = _settings_column()
-            with gr.Column(scale=3):
-                gr.HTML(legend_html())
-                with gr.Tabs():
-                    needs_models += _step_tab(loader, session, form, message)
-                    needs_models += _run_tab(loader, session, form, message)
-                    needs_models += _compare_tab(loader, session, form, message)
+        needs_models = []
+        with gr.Tabs():
+            needs_models += _step_tab(loader, session, form)
+            needs_models += _run_tab(loader, session, form)
+            needs_models += _compare_tab(loader, session, form)
         _poll_loading(demo, loader, header, needs_models)
+        demo.load(None, None, None, js=CLOSE_SIDEBAR_WHEN_NARROW)
     return demo
 
 
 def _header(loader: Loader) -> tuple:
-    info = gr.Markdown(_info(loader))
+    gr.Markdown(INTRO)
     progress = gr.HTML(_progress_html(loader))
+    with gr.Accordion("Models, precision and parameter counts", open=False):
+        info = gr.Markdown(_info(loader))
+    gr.HTML(legend_html())
     return info, progress, gr.Timer(0.5)
 
 
-def _settings_column() -> tuple[dict, gr.Markdown]:
+def _settings() -> dict:
     d = form_defaults()
-    form = {"prompt": gr.Textbox(label="Prompt", lines=4, value=EXAMPLES[0][0]),
+    form = {"prompt": gr.Textbox(label=FIELD_LABELS["prompt"], lines=4, value=EXAMPLES[0][0]),
             "drafter": gr.Radio([("draft model", "model"), ("prompt lookup", "lookup")], value=d["drafter"],
-                                label="Drafter")}
-    with gr.Row():
-        form["k"] = gr.Number(d["k"], label="K (drafted tokens per round)", precision=0)
-        form["confidence"] = gr.Number(d["confidence"], label="Draft confidence (0 = always K)",
-                                       info="a draft stops early after a token it gives less than this")
-        form["temperature"] = gr.Number(d["temperature"], label="Temperature (0 = greedy)")
-    with gr.Row():
-        form["top_k"] = gr.Number(d["top_k"], label="Top-k (0 = off)", precision=0)
-        form["top_p"] = gr.Number(d["top_p"], label="Top-p")
-    with gr.Row():
-        form["seed"] = gr.Number(d["seed"], label="Seed", precision=0)
-        form["max_new_tokens"] = gr.Number(d["max_new_tokens"], label="Max new tokens", precision=0)
-    message = gr.Markdown()
+                                label=FIELD_LABELS["drafter"])}
+    for name in FORM[2:]:  # integer fields take any number and refuse 2.5 themselves (no silent rounding)
+        form[name] = gr.Number(d[name], label=FIELD_LABELS[name], info=HINTS[name])
     gr.Examples(EXAMPLES, [form["prompt"], form["drafter"]], label="Example prompts")
     assert tuple(form) == FORM
-    return form, message
+    return form
 
 
-def _step_tab(loader, session, form, message) -> list:
-    with gr.Tab("Step through a round"):
+def _step_tab(loader, session, form) -> list:
+    with gr.Tab("Step through"):
         with gr.Row():
-            buttons = {a: gr.Button(label) for a, label in (("draft", "Draft"), ("verify", "Verify"),
-                                                             ("next", "Next round"))}
-            buttons["step"] = gr.Button("Step round", variant="primary")
-            buttons["reset"] = gr.Button("Reset")
-        view = {"status": gr.Markdown("Press Draft to propose K tokens, or Step round."),
-                "explain": gr.Markdown(),
-                "table": gr.Dataframe(headers=ROW_HEADERS, label="Drafted tokens", interactive=False),
-                "cache": gr.Markdown()}
+            buttons = {a: gr.Button(label, min_width=90) for a, label in (("draft", "Draft"), ("verify", "Verify"),
+                                                                          ("next", "Next round"))}
+            buttons["step"] = gr.Button("Step round", variant="primary", min_width=90)
+            buttons["reset"] = gr.Button("Reset", min_width=90)
+        view = {"status": gr.Markdown("Press **Draft** to propose K tokens, or **Step round** for a whole round."),
+                "banner": gr.Markdown(), "explain": gr.Markdown()}
         with gr.Row():
-            view["ratio"] = gr.Plot(label="Acceptance test", show_label=False)
-            view["dist"] = gr.Plot(label="Distributions at the last position", show_label=False)
-        gr.Markdown("**Committed text** (hover or focus a token for its numbers)")
-        view["text"] = gr.HTML()
-    outputs, show = _view_outputs(StepView, view, message)
+            view["dist"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+            view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+        view["table"] = gr.Dataframe(label="Drafted tokens", interactive=False, visible=False, wrap=True)
+        view["cache"] = gr.Markdown()
+        view["text"], view["plain"] = _text_views("step")
+    outputs, show = _view_outputs(StepView, view, form)
     for action, button in buttons.items():
-        button.click(_listener(show, partial(h.step, loader, action)), [session, *form.values()], outputs)
+        button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs)
     return list(buttons.values())
 
 
-def _run_tab(loader, session, form, message) -> list:
-    with gr.Tab("Run the whole generation"):
+def _text_views(prefix: str) -> tuple:
+    gr.Markdown("**Text by origin** — hover over or tab to a token for its numbers")
+    text = gr.HTML('<div class="spec-tokens spec-empty">No tokens yet.</div>')
+    with gr.Accordion("Plain text (whitespace shown as · ↵ →; Copy copies the text itself)", open=False):
+        plain = gr.HTML(plain_html(""), elem_id=f"{prefix}-plain")
+        copy = gr.Button("Copy text", size="sm")
+    copy.click(None, None, None, js=f"() => navigator.clipboard.writeText("
+                                    f"document.querySelector('#{prefix}-plain pre').innerText)")
+    return text, plain
+
+
+def _run_tab(loader, session, form) -> list:
+    with gr.Tab("Run"):
         with gr.Row():
-            run_b, stop_b = gr.Button("Run", variant="primary"), gr.Button("Stop run", variant="stop")
-            download = gr.DownloadButton("Download trace (JSON)", interactive=False)
-        view = {"status": gr.Markdown(), "download": download}
-        gr.Markdown("**Output by origin** (hover or focus a token for its numbers)")
-        view["text"] = gr.HTML()
+            run_b = gr.Button("Run", variant="primary", min_width=90)
+            stop_b = gr.Button("Stop run", variant="stop", min_width=90)
+            download = gr.DownloadButton("Download trace (JSON)", interactive=False, min_width=90)
+        view = {"status": gr.Markdown("Press **Run** to generate, round by round."), "download": download}
+        view["text"], view["plain"] = _text_views("run")
         view["stats"] = gr.Markdown()
         with gr.Row():
-            view["ratio"] = gr.Plot(label="p/q and the draws u", show_label=False)
-            view["timing"] = gr.Plot(label="Timing per phase", show_label=False)
+            view["timing"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+            view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
         with gr.Row():
-            view["acceptance"] = gr.Plot(label="Acceptance per round", show_label=False)
-            view["tokens"] = gr.Plot(label="Tokens per round vs theory", show_label=False)
-        upload = gr.File(label="Replay a downloaded trace (no models needed)", file_types=[".json"], height=110)
-    outputs, show = _view_outputs(RunView, view, message)
+            view["acceptance"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+            view["tokens"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+        upload = gr.File(label=FIELD_LABELS["upload"] + " (no models needed)", file_types=[".json"], height=110)
+        upload_message = gr.Markdown()
+    outputs, show = _view_outputs(RunView, view, form, upload_message)
     run_b.click(_streaming(show, partial(h.run, loader)), [session, *form.values()], outputs)
     stop_b.click(h.stop, session, view["status"])
     upload.upload(lambda s, path: show(h.replay(s, path)), [session, upload], outputs)
     return [run_b]
 
 
-def _compare_tab(loader, session, form, message) -> list:
-    with gr.Tab("Verifier only vs speculative"):
+def _compare_tab(loader, session, form) -> list:
+    with gr.Tab("Compare"):
         with gr.Row():
-            compare_b = gr.Button("Run both", variant="primary")
-            stop_b = gr.Button("Stop comparison", variant="stop")
-        view = {"badge": gr.Markdown()}
+            compare_b = gr.Button("Run both", variant="primary", min_width=90)
+            stop_b = gr.Button("Stop comparison", variant="stop", min_width=90)
+        view = {"badge": gr.Markdown("Runs verifier-only and speculative decoding on the same settings.")}
         with gr.Row():
-            with gr.Column():
+            with gr.Column(min_width=300):
+                gr.Markdown("### Verifier only")
                 view["base_stats"] = gr.Markdown()
-                view["base_text"] = gr.Textbox(label="Verifier only", lines=8)
-            with gr.Column():
+                view["base_text"] = gr.HTML(plain_html(""), elem_id="verifier-only-text")
+            with gr.Column(min_width=300):
+                gr.Markdown("### Speculative")
                 view["spec_stats"] = gr.Markdown()
-                view["spec_text"] = gr.Textbox(label="Speculative", lines=8)
-        view["race"] = gr.Plot(label="Tokens vs elapsed time", show_label=False)
-    outputs, show = _view_outputs(CompareView, view, message)
+                view["spec_text"] = gr.HTML(plain_html(""), elem_id="speculative-text")
+        view["race"] = gr.Plot(visible=False, show_label=False)
+    outputs, show = _view_outputs(CompareView, view, form)
     compare_b.click(_streaming(show, partial(h.compare, loader)), [session, *form.values()], outputs)
     stop_b.click(h.stop, session, view["badge"])
     return [compare_b]
 
 
-def _view_outputs(record, components: dict, message):
-    """The components of a view record in field order (plus the message), and the function that
-    turns a handler's result into their values."""
+def _view_outputs(record, components: dict, form: dict, upload_message=None):
+    """The components of a view record in field order, then the form fields (whose hint lines carry
+    messages) and the upload message; and the function that turns a handler's result into values."""
     names = [f.name for f in fields(record)]
     assert set(components) == set(names), f"{record.__name__}: components {sorted(components)} != fields {names}"
-    outputs = [components[n] for n in names] + [message]
+    extra = [upload_message] if upload_message is not None else []
+    outputs = [components[n] for n in names] + list(form.values()) + extra
+
+    def hints(bad: str | None = None, message: str = "") -> list:
+        return [gr.update(info=message if name == bad else HINTS[name],
+                          elem_classes=["field-error"] if name == bad else []) for name in form]
 
     def show(result):
         if result is None:
             return [gr.skip()] * len(outputs)
         if isinstance(result, Problem):
             gr.Warning(result.message)
-            return [gr.skip()] * len(names) + [f"**Error:** {result.message}"]
-        values = [getattr(result, n) for n in names]
-        if "download" in names:
-            path = result.download
-            values[names.index("download")] = gr.DownloadButton(value=path, interactive=path is not None)
-        return values + [""]
+            if result.field == "upload" and extra:
+                return [gr.skip()] * (len(names) + len(form)) + [f"**Could not replay:** {result.message}"]
+            if result.field in form:
+                return [gr.skip()] * len(names) + hints(result.field, result.message) + [gr.skip()] * len(extra)
+            return [gr.skip()] * (len(names) + len(form)) + [gr.skip()] * len(extra)
+        values = []
+        for name in names:
+            value, component = getattr(result, name), components[name]
+            if isinstance(component, (gr.Plot, gr.Dataframe)):  # no empty boxes before there is data
+                value = gr.update(value=value, visible=value is not None)
+            elif name == "download":
+                value = gr.update(value=value, interactive=value is not None)
+            values.append(value)
+        return values + hints() + [""] * len(extra)
     return outputs, show
-
-
-def _listener(show, handler):
-    def listener(session, *values):
-        return show(handler(session, dict(zip(FORM, values))))
-    return listener
 
 
 def _streaming(show, handler):
@@ -195,12 +228,18 @@ def _info(loader: Loader) -> str:
     p = loader.pair
     if p is None:
         return "Models: " + (f"failed to load: {loader.error}" if loader.error else "loading...")
-    counts = p.param_counts()
-    out = (f"**Device** {p.device.type} · **precision** {p.precision.name} · "
-           f"**verifier** {p.target_name} ({_count(counts['target'])} parameters)")
-    if p.draft is not None:
-        out += f" · **draft** {p.draft_name} ({_count(counts['draft'])} parameters)"
-    return out + f"  \n*Why {p.precision.name}:* {p.precision.reason.split(': ', 1)[-1]}"
+    out = f"**Device** {p.device.type} · **precision** {p.precision.name} · **verifier** {p.target_name} · " + (
+        f"**draft** {p.draft_name}" if p.draft is not None else "no draft model")
+    counts = [f"{role} {_parameters(p.parameter_breakdown(model))}"
+              for role, model in (("verifier", p.target), ("draft", p.draft)) if model is not None]
+    return (out + "  \nParameters: " + "; ".join(counts) + ". (A published size such as 1.5B counts a shared "
+            "embedding/output table once; these weights store the two separately.)"
+            f"  \n*Why {p.precision.name}:* {p.precision.reason.split(': ', 1)[-1]}")
+
+
+def _parameters(b: dict) -> str:
+    parts = f"embedding {_count(b['embedding'])}" + ("" if b["tied"] else f", output layer {_count(b['output'])}")
+    return f"{_count(b['total'])} ({parts})"
 
 
 def _count(n: int) -> str:
@@ -210,8 +249,12 @@ def _count(n: int) -> str:
 def _progress_html(loader: Loader) -> str:
     if loader.error:
         return f'<p role="alert">Loading failed: {escape(loader.error)}</p>'
-    if loader.pair is not None:
-        return f"<p>Models ready{f' (loaded in {loader.seconds:.1f} s)' if loader.seconds >= 0.1 else ''}.</p>"
+    p = loader.pair
+    if p is not None:
+        loaded = f", loaded in {loader.seconds:.0f} s" if loader.seconds >= 1 else ""
+        return (f'<p class="spec-ready">Ready: {escape(p.target_name.removeprefix("embedded:"))} verifier'
+                + (f', {escape(p.draft_name.removeprefix("embedded:"))} draft' if p.draft is not None else "")
+                + f" on {p.device.type}, {p.precision.name}{loaded}.</p>")
     return (f'<label>Loading models: {escape(loader.message)} <progress aria-label="model loading" max="1" '
             f'value="{loader.fraction:.2f}" style="width: 100%"></progress></label>')
 
@@ -231,4 +274,4 @@ def _poll_loading(demo, loader: Loader, header: tuple, needs_models: list) -> No
 
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, **kwargs):
     return demo.queue(default_concurrency_limit=8).launch(server_name=host, server_port=port, share=share,
-                                                           css=CSS, **kwargs)
+                                                           css=CSS, theme=THEME, **kwargs)

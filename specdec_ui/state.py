@@ -13,6 +13,16 @@ from specdec.config import SamplingConfig
 
 # The settings form, in the order the layout shows it; the handlers receive a dict keyed by these.
 FORM = ("prompt", "drafter", "k", "confidence", "temperature", "top_k", "top_p", "seed", "max_new_tokens")
+# The words on the screen for each field (and the upload box); messages use them, never the code names.
+FIELD_LABELS = {"prompt": "Prompt", "drafter": "Drafter", "k": "K (drafted tokens per round)",
+          "confidence": "Draft confidence (0 = always K)", "temperature": "Temperature (0 = greedy)",
+          "top_k": "Top-k (0 = off)", "top_p": "Top-p", "seed": "Seed", "max_new_tokens": "Max new tokens",
+          "upload": "Replay a downloaded trace"}
+INTEGER_FIELDS = ("k", "top_k", "seed", "max_new_tokens")
+# The app's models are shared by every browser session: a prompt may hold this many tokens, well
+# under the 32k context, so that no one prompt's prefill holds the models for minutes. The CLI
+# takes prompts up to the model's context.
+APP_PROMPT_TOKENS = 2048
 
 
 def form_defaults() -> dict:
@@ -23,12 +33,37 @@ def form_defaults() -> dict:
             "seed": d.seed, "max_new_tokens": d.max_new_tokens}
 
 
+def _whole_numbers(form: dict) -> dict:
+    """Number boxes deliver floats: 3.0 is the integer 3, but 2.5 is refused, never rounded."""
+    out = dict(form)
+    for name in INTEGER_FIELDS:
+        value = out.get(name)
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ConfigError(f"{name} must be a whole number (got {value:g})", name)
+            out[name] = int(value)
+    return out
+
+
 def parse_form(form: dict, pair) -> RunSettings:
     """The form's values as the run's settings record; ConfigError names the first bad field."""
+    form = _whole_numbers(form)
     sampling = SamplingConfig(form["temperature"], form["top_k"], form["top_p"])
     decode = DecodeConfig(max_new_tokens=form["max_new_tokens"], k=form["k"], confidence=form["confidence"],
                           seed=form["seed"], sampling=sampling)
-    return RunSettings(form["prompt"], form["drafter"], decode, ModelChoice.of(pair))
+    settings = RunSettings(form["prompt"], form["drafter"], decode, ModelChoice.of(pair))
+    n = len(pair.encode(settings.prompt))
+    if n > APP_PROMPT_TOKENS:
+        raise ConfigError(f"prompt must be at most {APP_PROMPT_TOKENS} tokens in the app, which shares its models "
+                          f"with every browser session (got {n} tokens); the command line takes longer prompts",
+                          "prompt")
+    return settings
+
+
+def changes(old: RunSettings, new: RunSettings) -> list[str]:
+    """The form fields whose values differ, by their labels on the screen."""
+    a, b = old.to_dict(), new.to_dict()
+    return [FIELD_LABELS[name] for name in FORM if a.get(name) != b.get(name)]
 
 
 class Loader:
@@ -118,8 +153,8 @@ class Session:
     gen: Generation | None = None
     walk: Walkthrough = Walkthrough()
     run_segments: list = field(default_factory=list)
-    running: bool = False             # a run or comparison is streaming
-    stop: bool = False                # asked to stop it after the current round
+    running: list = field(default_factory=list)  # the generations a run or comparison is streaming
+    stop: bool = False                # asked to stop them
 
     def restart(self, settings: RunSettings, gen: Generation) -> None:
         self.settings, self.gen, self.walk = settings, gen, Walkthrough()

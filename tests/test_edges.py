@@ -85,8 +85,8 @@ def test_every_round_has_the_structure_of_the_rule(temperature, top_k, drafter, 
             assert sum(t.prob for t in r.next_top) == pytest.approx(1, abs=1e-5)
         if r.next_kind == RESAMPLED and top_k and top_k <= TOP_N:
             pos = r.positions[n]  # the exact residual norm(max(0, p - q)) from the recorded p and q
-            p = {t.token_id: t.prob for t in pos.target_top}
-            q = {t.token_id: t.prob for t in pos.draft_top}
+            p = {c.token_id: c.p for c in pos.candidates}
+            q = {c.token_id: c.q for c in pos.candidates}
             residual = {t: max(0.0, p.get(t, 0) - q.get(t, 0)) for t in p.keys() | q.keys()}
             mass = sum(residual.values())
             expected = {t: m / mass for t, m in residual.items() if m > 0}
@@ -107,9 +107,10 @@ def test_p_and_q_are_both_warped_in_the_engine():
                      make_drafter("model", pair)).run()
     r = gen.rounds[0]
     for pos in r.positions:
-        assert len(pos.target_top) <= 3 and len(pos.draft_top) <= 3
-        assert sum(t.prob for t in pos.target_top) == pytest.approx(1, abs=1e-5)
-        assert sum(t.prob for t in pos.draft_top) == pytest.approx(1, abs=1e-5)
+        assert sum(c.p > 0 for c in pos.candidates) <= 3 and sum(c.q > 0 for c in pos.candidates) <= 3
+        assert sum(c.p for c in pos.candidates) == pytest.approx(1, abs=1e-5)
+        assert sum(c.q for c in pos.candidates) == pytest.approx(1, abs=1e-5)
+        assert pos.token_id in {c.token_id for c in pos.candidates}
     with torch.inference_mode():
         raw = draft(torch.tensor([prompt])).logits[0, -1:, :pair.vocab_size]
     assert r.positions[0].q == pytest.approx(float(probs_from_logits(raw, sampling)[0, r.positions[0].token_id]),
@@ -196,7 +197,7 @@ def test_ids_beyond_the_tokenizer_are_never_sampled():
     for seed in range(5):
         gen = _run(pair, max_new_tokens=12, k=3, seed=seed, sampling=SamplingConfig(1.0))
         assert max(gen.token_ids) < tiny.V
-        assert all(t.token_id < tiny.V for r in gen.rounds for p in r.positions for t in p.target_top + p.draft_top)
+        assert all(t.token_id < tiny.V for r in gen.rounds for p in r.positions for t in p.candidates)
 
 
 # ---- 6. a cache that cannot be rolled back is refused at load ----------------------------------

@@ -91,3 +91,25 @@ def test_lookup_drafter_copies_the_latest_earlier_match_with_an_exactly_one_hot_
         assert prop.tokens == [5, 6, 2]           # "2 3" last seen before "5 6 2"
         assert torch.equal(prop.probs, torch.eye(10)[[5, 6, 2]])  # anything else is lossy at T > 0
     assert d.propose([1, 2, 3], 3, SamplingConfig(), torch.Generator()).tokens == []
+
+
+def test_cancel_stops_a_long_prefill_between_chunks(monkeypatch):
+    import specdec.cache
+    monkeypatch.setattr(specdec.cache, "PREFILL_CHUNK", 16)
+    target = tiny.model(1)
+    pair = tiny.pair(target, None)
+    gen = Generation(pair, tiny.prompt_ids(200), DecodeConfig(max_new_tokens=8), make_drafter("none", pair))
+    calls = []
+
+    def cancel_after_two(module, args, kwargs, out):
+        calls.append(1)
+        if len(calls) == 2:
+            gen.cancel()
+    handle = target.register_forward_hook(cancel_after_two, with_kwargs=True)
+    try:
+        assert list(gen) == []
+    finally:
+        handle.remove()
+    assert gen.stop_reason == "cancelled" and len(calls) == 2 and gen.token_ids == []
+    full = Generation(pair, tiny.prompt_ids(200), DecodeConfig(max_new_tokens=4), make_drafter("none", pair))
+    assert len(full.run().token_ids) == 4  # chunked prefill, same cache: the run itself is unchanged
