@@ -36,11 +36,12 @@ def main() -> None:
     try:
         with sync_playwright() as p:
             chromium = browser.launch(p)
-            page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+            page = chromium.new_page(viewport={"width": 1280, "height": 800})
             expect.set_options(timeout=600_000)
             page.goto(f"http://127.0.0.1:{port}")
-            page.get_by_role("tab", name="Run the whole generation").click()
+            page.get_by_role("tab", name="Run").click()
             expect(page.get_by_role("button", name="Run", exact=True)).to_be_enabled()
+            page.get_by_label("Temperature (0 = greedy)").fill("0.7")  # sampled: every kind of token shows
             page.get_by_label("Max new tokens").fill(str(args.max_new_tokens))
             page.get_by_role("button", name="Run", exact=True).click()
             expect(page.get_by_text("Finished (")).to_be_visible()
