@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: app test test-fast mutants setup setup-dev browser cli bench clean
+.PHONY: app test test-fast mutants notebooks strip-notebooks setup setup-dev browser cli bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,15 @@ test-fast: setup-dev
 
 mutants: setup-dev
 	$(PY) scripts/mutants.py $(ARGS)
+
+# Opens the notebooks in Jupyter (SPECDEC_NOTEBOOK_BUDGET=full for the full measurements).
+notebooks: setup-dev
+	$(PY) -m pip install -q notebook==7.6.5
+	$(PY) -m jupyter notebook notebooks/
+
+# Outputs stay out of git: run before committing a notebook.
+strip-notebooks: setup-dev
+	$(PY) scripts/strip_notebooks.py notebooks/*.ipynb
 
 cli: setup
 	$(PY) -m specdec generate --prompt "Write a Python function that checks whether a number is prime."

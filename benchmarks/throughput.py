@@ -3,8 +3,8 @@ our own verifier-only decoding, transformers (greedy and assisted generation, sa
 kernels) and llama.cpp (same GGUF files, same thread count), in one run. Writes JSON;
 ``benchmarks/report.py`` turns it into the README tables.
 
-    python benchmarks/throughput.py            # full: 8 prompts x 128 tokens (~25 min on 2 cores)
-    python benchmarks/throughput.py --quick    # 3 prompts x 48 tokens, no sweeps (~5 min)
+    python -m benchmarks.throughput            # full: 8 prompts x 128 tokens (~25 min on 2 cores)
+    python -m benchmarks.throughput --quick    # 3 prompts x 48 tokens, no sweeps (~5 min)
 """
 from __future__ import annotations
 

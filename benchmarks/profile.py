@@ -1,0 +1,133 @@
+"""Where the time of a run goes: per-phase totals of speculative and verifier-only runs, the share
+of wall time outside model forwards, and the cost of one forward split into a fixed part and a
+part per token, time(L) = a + b*L, fitted over L new tokens on top of a fixed context. A small b/a
+is why verifying K+1 tokens in one forward costs little more than decoding one.
+
+    python -m benchmarks.profile           # 4 prompts x 64 tokens; L = 1..16, 11 reps
+    python -m benchmarks.profile --quick   # 2 prompts x 32 tokens; L = 1..8, 7 reps
+    python -m benchmarks.profile --tiny    # tiny random models: checks the script, measures nothing
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import tiny_pair
+from benchmarks.common import environment, write_json
+from benchmarks.sweep import pooled, run
+from benchmarks.throughput import CODE
+from specdec import DecodeConfig
+from specdec.cache import CachedLM
+from specdec.settings import add_model_arguments
+
+CONTEXT = 200  # tokens already in the cache when the timed forward starts, as in benchmarks/levers.py
+DRAFTERS = {"speculative, draft model": "model", "speculative, prompt lookup": "lookup", "verifier only": "none"}
+
+
+def context_ids(vocab: int, lengths: list[int]) -> list[int]:
+    """CONTEXT tokens, then room for the longest timed forward."""
+    return [(1000 + i) % vocab for i in range(CONTEXT + max(lengths))]
+
+
+def timed(rewind, forward, lengths: list[int], reps: int) -> list[list[float]]:
+    """Seconds of ``forward(L)`` right after ``rewind()``, ``reps`` of them for each L in
+    ``lengths``. The reps sweep every L in turn, so a change in machine load hits all lengths
+    alike; the first sweep only warms up."""
+    times: dict[int, list[float]] = {n: [] for n in lengths}
+    for _ in range(reps + 1):
+        for n in lengths:
+            rewind()
+            t0 = time.perf_counter()
+            forward(n)
+            times[n].append(time.perf_counter() - t0)
+    return [times[n][1:] for n in lengths]
+
+
+def forward_times(model, vocab: int, lengths: list[int], reps: int) -> list[list[float]]:
+    """One forward of ours of L new tokens after a CONTEXT-token cache, keeping the logits of all L
+    (as a verification does)."""
+    lm = CachedLM(model, vocab)
+    ids = context_ids(vocab, lengths)
+    lm.prefill(ids[:CONTEXT])
+    return timed(lambda: lm.rollback(ids[:CONTEXT + 1]),  # back to CONTEXT entries, through the cache API
+                 lambda n: lm.forward(ids[CONTEXT:CONTEXT + n], keep=n), lengths, reps)
+
+
+def fit(lengths: list[int], samples: list[list[float]], k: int) -> dict:
+    """Least squares time(L) = a + b*L on the median of each L's samples (seconds), in ms, with R^2
+    and the raw times. The median, not the mean: on a busy machine a few reps are preempted.
+    ``verify_vs_decode_k<k>`` is the fitted cost of a (k+1)-token verification over a 1-token forward."""
+    x = np.asarray(lengths, dtype=float)
+    y = np.asarray([statistics.median(s) for s in samples]) * 1e3
+    (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(x), x], axis=1), y, rcond=None)  # (L, 2) design
+    ss_res, ss_tot = float(((y - a - b * x) ** 2).sum()), float(((y - y.mean()) ** 2).sum())
+    one = a + b
+    return {"a_ms": float(a), "b_ms_per_token": float(b), "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+            f"verify_vs_decode_k{k}": float((a + b * (k + 1)) / one) if one > 0 else None,
+            "lengths": list(lengths), "median_ms": y.tolist(),
+            "samples_ms": [[round(t * 1e3, 4) for t in s] for s in samples]}
+
+
+def forward_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
+    """The fit for the verifier and, if the pair has one, the draft model."""
+    models = {"verifier": pair.target} | ({"draft": pair.draft} if pair.draft is not None else {})
+    out = {}
+    for role, model in models.items():
+        out[role] = fit(lengths, forward_times(model, pair.vocab_size, lengths, reps), k)
+        log(f"{role:9s} forward: a = {out[role]['a_ms']:.2f} ms, b = {out[role]['b_ms_per_token']:.3f} ms/token, "
+            f"R^2 = {out[role]['r2']:.3f}")
+    return out
+
+
+def phases(gens) -> dict:
+    s = pooled(gens)
+    forward_s = (1 - s.overhead_share) * s.wall_s
+    return {"tokens": s.new_tokens, "wall_s": s.wall_s, "tok_s": s.tokens_per_s, "rounds": s.rounds,
+            "phase_s": s.phase_totals, "phase_share": {ph: t / s.wall_s for ph, t in s.phase_totals.items()},
+            "phase_ms_per_round": {ph: 1e3 * t / s.rounds for ph, t in s.phase_totals.items() if ph != "prefill"},
+            "forward_s": forward_s, "forward_share": 1 - s.overhead_share, "overhead_share": s.overhead_share}
+
+
+def main(argv=None) -> int:
+    defaults = DecodeConfig()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens; L = 1..8, 7 reps")
+    ap.add_argument("--tiny", action="store_true", help="tiny random models built in-process (seconds)")
+    ap.add_argument("--k", type=int, default=defaults.k)
+    ap.add_argument("--confidence", type=float, default=defaults.confidence)
+    ap.add_argument("--out", default=None)
+    add_model_arguments(ap)
+    args = ap.parse_args(argv)
+    n, lengths, reps = (32, list(range(1, 9)), 7) if args.quick else (64, list(range(1, 17)), 11)
+    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
+    pair, prompts = tiny_pair.load(args, CODE[:2] if args.quick else CODE[:4], args.k)
+    env = environment(pair)
+    cfg = DecodeConfig(max_new_tokens=n, k=args.k, confidence=args.confidence)
+    run(pair, prompts[0][1], DecodeConfig(max_new_tokens=8), "model")  # warm-up, not measured
+
+    runs = {}
+    for name, drafter in DRAFTERS.items():
+        runs[name] = phases([run(pair, ids, cfg, drafter) for _, ids in prompts])
+        r = runs[name]
+        log(f"{name:26s} {r['tok_s']:7.2f} tok/s  forwards {r['forward_share']:.0%} of wall time  "
+            + "  ".join(f"{ph} {share:.0%}" for ph, share in r["phase_share"].items()))
+    costs = forward_costs(pair, lengths, reps, args.k, log)
+
+    out = Path(args.out or tiny_pair.default_out("profile", env, args.tiny))
+    write_json(out, {"benchmark": "profile", **env, "quick": args.quick, "tiny": args.tiny,
+                     "models": {"target": pair.target_name, "draft": pair.draft_name},
+                     "settings": {"k": args.k, "confidence": args.confidence, "max_new_tokens": n,
+                                  "prompts": [label for label, _ in prompts], "context": CONTEXT,
+                                  "lengths": lengths, "reps": reps},
+                     "runs": runs, "forward_cost": costs})
+    log(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

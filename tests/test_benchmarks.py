@@ -1,0 +1,94 @@
+"""The benchmark scripts end to end on tiny random models (``--tiny --quick``): each writes its JSON
+with the environment record next to the numbers, and the numbers have the ranges and shapes a
+reader of the JSON relies on. The values themselves measure nothing on models this small."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from benchmarks import profile, runtime_compare, sweep
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # A tiny model's forward takes about a millisecond: on a busy machine a second thread costs
+    # more in waiting for a core than it saves.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run_script(module, tmp_path) -> dict:
+    out = tmp_path / "x.json"
+    assert module.main(["--tiny", "--quick", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    for key in ("hardware", "commit", "precision", "versions"):
+        assert data[key], key
+    assert data["hardware"]["cpu"] and data["versions"]["torch"] == torch.__version__
+    assert data["tiny"] and data["quick"]
+    return data
+
+
+def test_sweep_writes_cells_in_range_and_the_heatmaps(tmp_path):
+    data = run_script(sweep, tmp_path)
+    cells = data["cells"]
+    grid = {(k, t) for k in sweep.QUICK_KS for t in sweep.QUICK_TEMPERATURES}
+    assert {(c["k"], c["temperature"]) for c in cells} == grid and len(cells) == len(grid)
+    for c in cells:
+        assert 0 <= c["acceptance"] <= 1 and 0 <= c["mean_beta"] <= 1
+        assert len(c["per_position_acceptance"]) == c["k"]
+        assert all(0 <= a <= 1 for a in c["per_position_acceptance"])
+        assert 1 <= c["tokens_per_round"] <= c["k"] + 1
+        assert c["tok_s"] > 0 and c["speedup"] > 0
+    # At T = 0 p and q are one-hot, so beta is 1 exactly where the drafted token is kept; with K = 1
+    # every draft is tested, so the mean beta is the acceptance.
+    greedy_k1 = next(c for c in cells if c["k"] == 1 and c["temperature"] == 0)
+    assert greedy_k1["mean_beta"] == pytest.approx(greedy_k1["acceptance"])
+    assert set(data["baseline_tok_s"]) == {f"{t:g}" for t in sweep.QUICK_TEMPERATURES}
+
+    figures = data["figures"]
+    assert (tmp_path / figures["html"]).is_file()
+    assert (figures["png"] is None) == bool(figures["png_why_not"])
+    acceptance = sweep.heatmaps(cells, sweep.QUICK_KS, sweep.QUICK_TEMPERATURES, "").data[0]
+    assert (acceptance.zmin, acceptance.zmax) == (0, 1)
+    assert all(0 <= z <= 1 for row in acceptance.z for z in row)
+
+
+def test_profile_accounts_for_wall_time_and_fits_the_forward_cost(tmp_path):
+    data = run_script(profile, tmp_path)
+    assert set(data["runs"]) == set(profile.DRAFTERS)
+    for r in data["runs"].values():
+        assert sum(r["phase_s"].values()) == pytest.approx(r["wall_s"])
+        assert 0 <= r["overhead_share"] <= 1
+        assert r["forward_share"] + r["overhead_share"] == pytest.approx(1)
+    lengths, reps = data["settings"]["lengths"], data["settings"]["reps"]
+    assert lengths == list(range(1, 9))
+    for role in ("verifier", "draft"):
+        f = data["forward_cost"][role]
+        # A tiny model's forward is mostly fixed overhead and machine noise: a and b need not be
+        # positive here, only finite, with R^2 reported.
+        assert math.isfinite(f["a_ms"]) and math.isfinite(f["b_ms_per_token"])
+        assert math.isfinite(f["r2"]) and f["r2"] <= 1
+        assert len(f["median_ms"]) == len(lengths) and all(len(s) == reps for s in f["samples_ms"])
+
+
+def test_fit_recovers_a_line_and_tolerates_flat_timings():
+    lengths = list(range(1, 9))
+    f = profile.fit(lengths, [[(2.0 + 0.5 * n) / 1e3] * 3 for n in lengths], k=6)
+    assert (f["a_ms"], f["b_ms_per_token"], f["r2"]) == pytest.approx((2.0, 0.5, 1.0))
+    assert f["verify_vs_decode_k6"] == pytest.approx((2.0 + 0.5 * 7) / 2.5)
+    flat = profile.fit(lengths, [[1e-3, 5e-3, 1e-3]] * len(lengths), k=6)  # the median drops the outlier
+    assert (flat["a_ms"], flat["b_ms_per_token"], flat["r2"]) == pytest.approx((1.0, 0.0, 1.0), abs=1e-9)
+
+
+def test_runtime_compare_records_why_llama_cpp_is_absent_and_still_measures_ours(tmp_path):
+    data = run_script(runtime_compare, tmp_path)
+    assert data["llama_cpp"] is None and "tiny" in data["why"]
+    assert data["forward_cost"]["llama.cpp"] is None and data["vs_llama_cpp_greedy"] is None
+    assert set(data["tok_s"]) == {f"ours: {name}" for name in profile.DRAFTERS}
+    assert all(v > 0 for v in data["tok_s"].values())
+    assert math.isfinite(data["forward_cost"]["ours"]["verifier"]["a_ms"])
