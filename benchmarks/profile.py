@@ -93,22 +93,29 @@ def phases(gens) -> dict:
             "forward_s": forward_s, "forward_share": 1 - s.overhead_share, "overhead_share": s.overhead_share}
 
 
-def main(argv=None) -> int:
+def setup(argv, description: str, full_tokens: int, tiny_help: str, k_help: str = "K"):
+    """The options and set-up profile.py and runtime_compare.py share: parsed args, (new tokens,
+    lengths L, reps), a stderr logger, the pair and prompts (warmed up), its environment and config."""
     defaults = DecodeConfig()
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens; L = 1..8, 7 reps")
-    ap.add_argument("--tiny", action="store_true", help="tiny random models built in-process (seconds)")
-    ap.add_argument("--k", type=int, default=defaults.k)
+    ap.add_argument("--tiny", action="store_true", help=tiny_help)
+    ap.add_argument("--k", type=int, default=defaults.k, help=k_help)
     ap.add_argument("--confidence", type=float, default=defaults.confidence)
     ap.add_argument("--out", default=None)
     add_model_arguments(ap)
     args = ap.parse_args(argv)
-    n, lengths, reps = (32, list(range(1, 9)), 7) if args.quick else (64, list(range(1, 17)), 11)
+    sizes = (32, list(range(1, 9)), 7) if args.quick else (full_tokens, list(range(1, 17)), 11)
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
     pair, prompts = tiny_pair.load(args, CODE[:2] if args.quick else CODE[:4], args.k)
-    env = environment(pair)
-    cfg = DecodeConfig(max_new_tokens=n, k=args.k, confidence=args.confidence)
+    cfg = DecodeConfig(max_new_tokens=sizes[0], k=args.k, confidence=args.confidence)
     run(pair, prompts[0][1], DecodeConfig(max_new_tokens=8), "model")  # warm-up, not measured
+    return args, sizes, log, pair, prompts, environment(pair), cfg
+
+
+def main(argv=None) -> int:
+    args, (n, lengths, reps), log, pair, prompts, env, cfg = setup(
+        argv, __doc__.splitlines()[0], 64, "tiny random models built in-process (seconds)")
 
     runs = {}
     for name, drafter in DRAFTERS.items():

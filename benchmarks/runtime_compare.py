@@ -10,7 +10,6 @@ null with the reason and our numbers are still written.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -19,13 +18,11 @@ import numpy as np
 import torch
 
 from benchmarks import tiny_pair
-from benchmarks.common import environment, write_json
-from benchmarks.profile import CONTEXT, DRAFTERS, context_ids, fit, forward_costs, timed
+from benchmarks.common import write_json
+from benchmarks.profile import CONTEXT, DRAFTERS, context_ids, fit, forward_costs, setup, timed
 from benchmarks.sweep import pooled, run
-from benchmarks.throughput import CODE, llama_cpp_runner
-from specdec import DecodeConfig
+from benchmarks.throughput import llama_cpp_runner
 from specdec.embedded import DEFAULT_TARGET, EMBEDDED, cache_root
-from specdec.settings import add_model_arguments
 
 LOOKUP_NGRAM = 3  # the longest n-gram both prompt-lookup drafters match (ours: LookupDrafter's max_ngram)
 
@@ -103,21 +100,9 @@ def totals(rows: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    defaults = DecodeConfig()
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens; L = 1..8, 7 reps")
-    ap.add_argument("--tiny", action="store_true", help="tiny random models built in-process; no llama.cpp")
-    ap.add_argument("--k", type=int, default=defaults.k, help="our K, and llama.cpp's lookup tokens per round")
-    ap.add_argument("--confidence", type=float, default=defaults.confidence)
-    ap.add_argument("--out", default=None)
-    add_model_arguments(ap)
-    args = ap.parse_args(argv)
-    n, lengths, reps = (32, list(range(1, 9)), 7) if args.quick else (128, list(range(1, 17)), 11)
-    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
-    pair, prompts = tiny_pair.load(args, CODE[:2] if args.quick else CODE[:4], args.k)
-    env = environment(pair)
-    cfg = DecodeConfig(max_new_tokens=n, k=args.k, confidence=args.confidence)
-    run(pair, prompts[0][1], DecodeConfig(max_new_tokens=8), "model")  # warm-up, not measured
+    args, (n, lengths, reps), log, pair, prompts, env, cfg = setup(
+        argv, __doc__.splitlines()[0], 128, "tiny random models built in-process; no llama.cpp",
+        "our K, and llama.cpp's lookup tokens per round")
 
     ours = {}
     for name, drafter in DRAFTERS.items():
