@@ -1,4 +1,5 @@
-"""Regenerate the README's results section from the benchmark JSON files, one block per machine.
+"""Regenerate the README's results section from the benchmark JSON files in benchmarks/results:
+one block per file, each with the machine it ran on, the commit, and the command that reproduces it.
 
     python -m benchmarks.report            # rewrites README.md between the bench markers
 """
@@ -67,13 +68,101 @@ def levers_block(d: dict) -> str:
     return "\n".join(out)
 
 
+def _machine(d: dict) -> str:
+    hw, v = d["hardware"], d["versions"]
+    return (f"{hw['cpu']} ({', '.join(hw['cpu_flags']) or 'no AVX2'}), {hw['torch_threads']} threads, "
+            f"{d['device']}, precision {d['precision']}; torch {v['torch']}, transformers {v['transformers']}; "
+            f"commit `{d['commit']}`, {d['date'][:10]}{' (quick run)' if d.get('quick') else ''}")
+
+
+def sweep_block(d: dict) -> str:
+    s, at = d["settings"], {(c["k"], c["temperature"]): c for c in d["cells"]}
+    out = [f"#### Acceptance and speedup over K x T: {d['models']['target']} verified, {d['models']['draft']} "
+           f"drafting", "", f"{_machine(d)}. Constant K (confidence {s['confidence']}), {len(s['prompts'])} code "
+           f"prompts x {s['max_new_tokens']} new tokens, seed {s['seed']}. Verifier-only: "
+           + ", ".join(f"{tok_s:.2f} tok/s at T = {t}" for t, tok_s in d["baseline_tok_s"].items()) + "."]
+    tables = [("acceptance", "accepted / drafted, over all rounds", "%"),
+              ("mean_beta", "β, the mean Σ min(p, q) over tested positions: the expected acceptance, free of the "
+                            "coin flips' noise", "f"),
+              ("tokens_per_round", "tokens per round (accepted + 1, the resampled or bonus token)", "f"),
+              ("speedup", "speedup: geometric mean over prompts of tok/s against verifier-only at the same T", "x")]
+    for key, title, kind in tables:
+        out += ["", f"*{title}*", "", "| T | " + " | ".join(f"K = {k}" for k in s["ks"]) + " |",
+                "|---|" + "---:|" * len(s["ks"])]
+        out += [f"| {t:g} | " + " | ".join(_fmt(at[k, t][key], kind) for k in s["ks"]) + " |"
+                for t in s["temperatures"]]
+    fig = d["figures"]
+    out += ["", f"Heatmaps: [{fig['html']}](benchmarks/results/{fig['html']}) (interactive)"
+                + (f", and below.\n\n![acceptance and speedup heatmaps](benchmarks/results/{fig['png']})"
+                   if fig.get("png") else f"; no PNG ({fig.get('png_why_not')}).")]
+    return "\n".join(out)
+
+
+def _fit_rows(costs: dict, k: int) -> list[str]:
+    """One row per fit: a, b, R^2, and the measured medians at L = 1, K+1 and the longest L, so a
+    reader sees where the line does not fit."""
+    some = next(iter(costs.values()))
+    show = sorted({1, k + 1, some["lengths"][-1]} & set(some["lengths"]))
+    out = ["| engine, model | a (fixed ms) | b (ms per token) | R² | a / (a + b) | fitted K+1 vs 1 | "
+           + " | ".join(f"measured L = {n}" for n in show) + " |", "|---|" + "---:|" * (5 + len(show))]
+    for name, f in costs.items():
+        one = f["a_ms"] + f["b_ms_per_token"]
+        measured = dict(zip(f["lengths"], f["median_ms"]))
+        out.append(f"| {name} | {f['a_ms']:.1f} | {f['b_ms_per_token']:.2f} | {f['r2']:.3f} "
+                   f"| {_fmt(f['a_ms'] / one if one > 0 else None, '%')} | {_fmt(f.get(f'verify_vs_decode_k{k}'), 'x')} | "
+                   + " | ".join(f"{measured[n]:.0f} ms" for n in show) + " |")
+    return out
+
+
+def profile_block(d: dict) -> str:
+    s = d["settings"]
+    out = [f"#### Where the time goes: {d['models']['target']} verified, {d['models']['draft']} drafting", "",
+           f"{_machine(d)}. K = {s['k']}, confidence {s['confidence']}, {len(s['prompts'])} code prompts x "
+           f"{s['max_new_tokens']} new tokens, T = 0. Phase shares are of wall time, every phase timed with a "
+           "device sync.", "", "| run | tok/s | in model forwards | outside forwards | phases (share of wall time) |",
+           "|---|---:|---:|---:|---|"]
+    for name, r in d["runs"].items():
+        phases = ", ".join(f"{ph} {share:.0%}" for ph, share in r["phase_share"].items())
+        out.append(f"| {name} | {r['tok_s']:.2f} | {r['forward_share']:.0%} | {r['overhead_share']:.0%} | {phases} |")
+    out += ["", f"One forward of L new tokens on a {s['context']}-token cache, fitted as time(L) = a + b·L over "
+                f"L = {s['lengths'][0]}..{s['lengths'][-1]} (median of {s['reps']} reps):", ""]
+    out += _fit_rows(d["forward_cost"], s["k"])
+    return "\n".join(out)
+
+
+def runtime_compare_block(d: dict) -> str:
+    s, llama = d["settings"], d.get("llama_cpp")
+    out = [f"#### Runtime vs algorithm: our engine against llama.cpp on the same GGUF", "",
+           f"{_machine(d)}. Greedy, {len(s['prompts'])} code prompts x {s['max_new_tokens']} new tokens, K = "
+           f"{s['k']} (llama.cpp's prompt lookup: {s['k']} tokens per round)."
+           + (f" llama.cpp {llama['threads']} threads." if llama else f" llama.cpp not measured: {d['why']}."), "",
+           "| engine, method | tok/s | vs llama.cpp greedy | same tokens as our greedy |", "|---|---:|---:|:---:|"]
+    ratio = d.get("vs_llama_cpp_greedy") or {}
+    for name, tok_s in d["tok_s"].items():
+        same = (llama or {}).get(name, {}).get("same_tokens_as_ours_greedy")
+        out.append(f"| {name} | {tok_s:.2f} | {_fmt(ratio.get(name), 'x')} "
+                   f"| {'–' if same is None else f'{sum(same)}/{len(same)} prompts'} |")
+    costs = {f"ours, {role}": f for role, f in d["forward_cost"]["ours"].items()}
+    costs |= {f"llama.cpp, {role}": f for role, f in (d["forward_cost"].get("llama.cpp") or {}).items()}
+    out += ["", f"Cost of one forward of L tokens after {s['context']} tokens, time(L) = a + b·L:", ""]
+    out += _fit_rows(costs, s["k"])
+    return "\n".join(out)
+
+
+BLOCKS = {"throughput": (throughput_block, "make bench"), "levers": (levers_block, "python -m benchmarks.levers"),
+          "sweep": (sweep_block, "python -m benchmarks.sweep"), "profile": (profile_block, "python -m benchmarks.profile"),
+          "runtime_compare": (runtime_compare_block, "python -m benchmarks.runtime_compare")}
+
+
 def render() -> str:
     parts = []
     for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
         d = json.loads(path.read_text())
-        block = {"throughput": throughput_block, "levers": levers_block}.get(d.get("benchmark"))
-        if block:
-            parts.append(f"From `{path.relative_to(ROOT)}`:\n\n{block(d)}")
+        if d.get("tiny") or d.get("benchmark") not in BLOCKS:
+            continue  # a --tiny run measures nothing but the script
+        block, command = BLOCKS[d["benchmark"]]
+        parts.append(f"From `{path.relative_to(ROOT)}`, reproduced by `{command}`"
+                     f"{' --quick' if d.get('quick') else ''}:\n\n{block(d)}")
     return "\n\n".join(parts) or "_No benchmark results yet: run `make bench`._"
 
 

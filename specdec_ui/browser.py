@@ -1,4 +1,5 @@
-"""The one place that finds a Chromium for the browser tests and the screenshot script.
+"""The one place that finds a Chromium for the browser tests, the screenshot script and the
+benchmarks' PNG export (kaleido).
 
     python -m specdec_ui.browser            # print the browser that will be used
     python -m specdec_ui.browser --ensure   # install one if none is found (make test does this)

@@ -3,13 +3,15 @@ with the environment record next to the numbers, and the numbers have the ranges
 reader of the JSON relies on. The values themselves measure nothing on models this small."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
 import pytest
 import torch
 
-from benchmarks import profile, runtime_compare, sweep
+from benchmarks import profile, report, runtime_compare, sweep
+from specdec_ui.browser import find_chromium
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +55,8 @@ def test_sweep_writes_cells_in_range_and_the_heatmaps(tmp_path):
     figures = data["figures"]
     assert (tmp_path / figures["html"]).is_file()
     assert (figures["png"] is None) == bool(figures["png_why_not"])
+    if importlib.util.find_spec("kaleido") and find_chromium():  # as `make test` installs them
+        assert figures["png"] and (tmp_path / figures["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     acceptance = sweep.heatmaps(cells, sweep.QUICK_KS, sweep.QUICK_TEMPERATURES, "").data[0]
     assert (acceptance.zmin, acceptance.zmax) == (0, 1)
     assert all(0 <= z <= 1 for row in acceptance.z for z in row)
@@ -92,3 +96,39 @@ def test_runtime_compare_records_why_llama_cpp_is_absent_and_still_measures_ours
     assert set(data["tok_s"]) == {f"ours: {name}" for name in profile.DRAFTERS}
     assert all(v > 0 for v in data["tok_s"].values())
     assert math.isfinite(data["forward_cost"]["ours"]["verifier"]["a_ms"])
+
+
+def test_report_renders_each_benchmark_with_its_machine_and_numbers(tmp_path):
+    blocks = {}
+    for module in (sweep, profile, runtime_compare):
+        (tmp_path / module.__name__).mkdir()
+        data = run_script(module, tmp_path / module.__name__)
+        block, command = report.BLOCKS[data["benchmark"]]
+        assert command.endswith(f"benchmarks.{data['benchmark']}")
+        blocks[data["benchmark"]] = (data, block(data))
+    for data, text in blocks.values():
+        assert data["hardware"]["cpu"] in text and data["commit"] in text and data["precision"] in text
+    data, text = blocks["sweep"]
+    at = {(c["k"], c["temperature"]): c for c in data["cells"]}
+    for t in data["settings"]["temperatures"]:
+        assert f"{data['baseline_tok_s'][f'{t:g}']:.2f} tok/s at T = {t:g}" in text
+        # one row per temperature in each table: acceptance, beta, tokens per round, speedup
+        assert f"\n| {t:g} | " + " | ".join(f"{at[k, t]['acceptance']:.0%}" for k in data["settings"]["ks"]) in text
+        assert f"\n| {t:g} | " + " | ".join(f"{at[k, t]['speedup']:.2f}x" for k in data["settings"]["ks"]) in text
+    assert data["figures"]["html"] in text
+    data, text = blocks["profile"]
+    assert all(f"| {name} | {r['tok_s']:.2f} |" in text for name, r in data["runs"].items())
+    f = data["forward_cost"]["verifier"]
+    assert f"| verifier | {f['a_ms']:.1f} | {f['b_ms_per_token']:.2f} | {f['r2']:.3f} |" in text
+    assert f"| {f['median_ms'][0]:.0f} ms |" in text
+    data, text = blocks["runtime_compare"]
+    assert "llama.cpp not measured: --tiny" in text
+    assert all(f"| {name} | {v:.2f} |" in text for name, v in data["tok_s"].items())
+
+
+def test_readme_results_are_the_report_of_the_committed_json():
+    """The README's tables are generated from benchmarks/results/*.json, never edited by hand: a
+    result file added or changed without `python -m benchmarks.report` fails here."""
+    readme = (report.ROOT / "README.md").read_text()
+    section = readme.split(report.START, 1)[1].split(report.END, 1)[0]
+    assert section.strip() == report.render().strip()
