@@ -93,14 +93,14 @@ MUTANTS = [
 
 
 def scratch_copy() -> Path:
+    """Every file git tracks, copied to a temporary directory: the tests see the tree they see in a
+    clean clone (the README, the committed results, the notebooks), and nothing built or cached."""
     dest = Path(tempfile.mkdtemp(prefix="specdec-mutant-"))
-    for name in ("specdec", "specdec_ui", "benchmarks", "tests", "notebooks", "scripts", "app.py", "pyproject.toml",
-                 "requirements.txt", "Makefile"):
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, dest / name)
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for name in filter(None, tracked.stdout.split("\0")):
+        if (ROOT / name).is_file():  # a file deleted but not yet committed is skipped
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
     return dest
 
 
@@ -131,6 +131,16 @@ def main(argv: list[str] | None = None) -> int:
         for m in MUTANTS:
             print(f"{m.name:28s} {m.path:22s} {m.why}")
         return 0 if args.list else 2
+    # The control: the unmutated copy must pass, or every "killed" below would mean nothing.
+    where = scratch_copy()
+    try:
+        passed, detail = run_tests(where, args.timeout)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    if not passed:
+        print(f"the unmutated copy fails the tests ({detail}): fix that first; no mutant was run")
+        return 2
+    print("control: the unmutated copy passes", flush=True)
     survivors = []
     for m in chosen:
         where = scratch_copy()
