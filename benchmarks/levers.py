@@ -8,35 +8,24 @@ from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import sys
-import time
 
 import torch
 
 from benchmarks.common import ROOT, environment, write_json
-from specdec.cache import CachedLM
+from benchmarks.profile import CONTEXT, forward_times
 from specdec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, cache_root
 from specdec.models import load_model, load_pair
 from specdec.precision import Precision, choose, cpu_candidates
 
 ROWS = (1, 2, 3, 5, 7)
-CONTEXT = 200
 
 
 def forward_ms(model, vocab: int, reps: int = 7) -> list[float]:
-    lm = CachedLM(model, vocab)
-    ids = list(range(1000, 1000 + CONTEXT + max(ROWS)))
-    lm.prefill(ids[:CONTEXT])
-    out = []
-    for m in ROWS:
-        times = []
-        for _ in range(reps):
-            lm.rollback(ids[:CONTEXT + 1])  # back to the CONTEXT-token cache, through the cache API
-            t0 = time.perf_counter()
-            lm.forward(ids[CONTEXT:CONTEXT + m], keep=m)
-            times.append(time.perf_counter() - t0)
-        out.append(sorted(times)[reps // 2] * 1e3)
-    return out
+    """Median ms of one forward of each row count in ROWS after a CONTEXT-token cache: the same
+    measurement as the profile's forward-cost fit (``benchmarks.profile.forward_times``)."""
+    return [statistics.median(s) * 1e3 for s in forward_times(model, vocab, list(ROWS), reps)]
 
 
 def main(argv=None) -> int:

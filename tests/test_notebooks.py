@@ -12,7 +12,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 def _needs_models(path: Path) -> bool:
-    return "load_pair" in path.read_text() or "load_model" in path.read_text()
+    text = path.read_text()
+    return "load_pair" in text or "load_model" in text
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.real] if _needs_models(p) else [])
