@@ -25,7 +25,7 @@ from specdec import DecodeConfig
 from specdec.cache import CachedLM
 from specdec.settings import add_model_arguments
 
-CONTEXT = 200  # tokens already in the cache when the timed forward starts, as in benchmarks/levers.py
+CONTEXT = 200  # tokens already in the cache when the timed forward starts (levers.py uses it too)
 DRAFTERS = {"speculative, draft model": "model", "speculative, prompt lookup": "lookup", "verifier only": "none"}
 
 
