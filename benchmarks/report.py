@@ -149,9 +149,27 @@ def runtime_compare_block(d: dict) -> str:
     return "\n".join(out)
 
 
+def app_overhead_block(d: dict) -> str:
+    s = d["settings"]
+    out = ["#### The app against the CLI", "",
+           f"{_machine(d)}. Prompt {d['prompt']!r}, K = {s['k']}, confidence {s['confidence']}, T = "
+           f"{s['temperature']}; {d['repeats']} CLI/app pairs per budget, interleaved; medians. tok/s is each run's "
+           "own trace (tokens / (prefill + rounds)); round growth is the median of the app's last quarter of rounds "
+           "over its first, each divided by the same round of the CLI (1 = flat); the browser's CPU is the share of "
+           "both cores Chromium used from the click to \"Finished\".", "",
+           "| max new tokens | CLI tok/s | app tok/s | app / CLI | app round growth | browser CPU |",
+           "|---:|---:|---:|---:|---:|---:|"]
+    for n, v in d["summary"].items():
+        share = v.get("browser_cpu_share")
+        out.append(f"| {n} | {v['cli_tok_s']:.2f} | {v['app_tok_s']:.2f} | {v['app_vs_cli']:.2f}x "
+                   f"| {v['app_round_growth']:.2f} | {'–' if share is None else f'{share:.0%}'} |")
+    return "\n".join(out)
+
+
 BLOCKS = {"throughput": (throughput_block, "make bench"), "levers": (levers_block, "python -m benchmarks.levers"),
           "sweep": (sweep_block, "python -m benchmarks.sweep"), "profile": (profile_block, "python -m benchmarks.profile"),
-          "runtime_compare": (runtime_compare_block, "python -m benchmarks.runtime_compare")}
+          "runtime_compare": (runtime_compare_block, "python -m benchmarks.runtime_compare"),
+          "app_overhead": (app_overhead_block, "python -m benchmarks.app_overhead")}
 
 
 def render() -> str:

@@ -72,14 +72,19 @@ class SamplingConfig:
 class DecodeConfig:
     """One decoding run. ``k`` is the most drafted tokens per round (ignored by the baseline);
     ``confidence`` > 0 makes drafting adaptive: a model draft stops early after a token whose
-    untempered draft probability is below it (transformers' ``assistant_confidence_threshold``).
-    The draft length then depends only on the draft, so the rule stays lossless."""
+    untempered top probability is below it (transformers' ``assistant_confidence_threshold``).
+    The draft length then depends only on the draft, so the rule stays lossless.
+    ``draft_noise`` e in [0, 1] degrades the draft on purpose, losslessly: it samples from and
+    reports (1 - e) q + e * uniform. ``ignore_eos`` lets a run go on past stop tokens up to
+    ``max_new_tokens`` (equal work for timing comparisons, as vLLM's benchmarks do)."""
 
     max_new_tokens: int = 64
     k: int = 6             # defaults measured on the embedded pair: benchmarks/results, README "Speed"
     confidence: float = 0.6
     seed: int = 0
     sampling: SamplingConfig = SamplingConfig()
+    draft_noise: float = 0.0
+    ignore_eos: bool = False
 
     def __post_init__(self):
         _require(_is_int(self.k) and 1 <= self.k <= MAX_K, "k", f"an integer in [1, {MAX_K}]", self.k)
@@ -89,7 +94,11 @@ class DecodeConfig:
                  "max_new_tokens", "an integer >= 1", self.max_new_tokens)
         _require(_is_int(self.seed) and 0 <= self.seed < 2**63, "seed", "an integer in [0, 2^63)", self.seed)
         _require(isinstance(self.sampling, SamplingConfig), "sampling", "a SamplingConfig", self.sampling)
+        e = self.draft_noise
+        _require(_is_number(e) and 0 <= e <= 1, "draft_noise", "a number in [0, 1], 0 for the draft as it is", e)
+        _require(isinstance(self.ignore_eos, bool), "ignore_eos", "True or False", self.ignore_eos)
         _set(self, "confidence", float(c))
+        _set(self, "draft_noise", float(e))
 
 
 def validate_prompt(prompt) -> str:

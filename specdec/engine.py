@@ -20,7 +20,7 @@ import torch
 from .cache import CachedLM
 from .config import ConfigError, DecodeConfig
 from .devices import Clock
-from .drafters import Drafter, LookupDrafter, ModelDrafter, NoDrafter
+from .drafters import LIMIT, Drafter, LookupDrafter, ModelDrafter, NoDrafter
 from .rule import verify
 from .sampling import probs_from_logits
 from .settings import DRAFTERS
@@ -30,22 +30,27 @@ from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNR
 TOP_N = 8  # entries of p, q and the residual kept per position: enough for a bar chart
 
 
-def make_drafter(kind: str, pair, clock: Clock | None = None) -> Drafter:
-    """``model`` (the pair's draft model), ``lookup`` (prompt lookup) or ``none`` (verifier only)."""
+def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool, ...] = (),
+                 stop_ids: frozenset[int] | None = None) -> Drafter:
+    """``model`` (the pair's draft model), ``lookup`` (prompt lookup) or ``none`` (verifier only).
+    ``hidden``: the prompt positions prompt lookup must not read (the chat template's markup);
+    ``stop_ids``: after drafting one of these the model drafter stops (default: the pair's)."""
     if kind == "none":
         return NoDrafter(pair.vocab_size)
     if kind == "lookup":
-        return LookupDrafter(pair.vocab_size)
+        return LookupDrafter(pair.vocab_size, hidden=hidden)
     if kind == "model":
         if pair.draft is None:
             raise ConfigError("drafter 'model' needs a draft model; load one or use drafter 'lookup'", "drafter")
-        return ModelDrafter(pair.draft, pair.vocab_size, clock or Clock(pair.device))
+        return ModelDrafter(pair.draft, pair.vocab_size, clock or Clock(pair.device),
+                            pair.stop_ids if stop_ids is None else stop_ids)
     raise ConfigError(f"drafter must be one of {', '.join(DRAFTERS)} (got {kind!r})", "drafter")
 
 
 class Generation:
     def __init__(self, pair, prompt_ids: list[int], cfg: DecodeConfig, drafter: Drafter):
         self.pair, self.cfg, self.drafter = pair, cfg, drafter
+        self.stop_ids = frozenset() if cfg.ignore_eos else pair.stop_ids
         self.prompt_ids = list(prompt_ids)
         self.token_ids: list[int] = []  # generated ids (prompt excluded)
         self.text = ""
@@ -54,6 +59,7 @@ class Generation:
         self.waited_s = 0.0  # time spent waiting for other users of the shared models (not in any phase)
         self.stop_reason: str | None = None  # eos | max_new_tokens | context | cancelled
         self._cancelled = False
+        self._waiting_since: float | None = None
         self._clock = Clock(pair.device)
         self._steps = self._loop()
 
@@ -61,16 +67,25 @@ class Generation:
     def from_prompt(cls, pair, prompt: str, cfg: DecodeConfig, drafter: str = "model", chat: bool = True
                     ) -> Generation:
         """Validate and encode the prompt (through the chat template unless ``chat`` is False)."""
-        return cls(pair, pair.encode(prompt, chat=chat), cfg, make_drafter(drafter, pair))
+        ids, hidden = pair.encode_marked(prompt, chat=chat)
+        stop_ids = frozenset() if cfg.ignore_eos else pair.stop_ids
+        return cls(pair, ids, cfg, make_drafter(drafter, pair, hidden=hidden, stop_ids=stop_ids))
 
     def __iter__(self) -> Iterator[RoundTrace]:
         return self
 
     def __next__(self) -> RoundTrace:
-        t = time.perf_counter()
+        t = self._waiting_since = time.perf_counter()
         with self.pair.lock:  # the models are shared between sessions: one round at a time
+            self._waiting_since = None
             self.waited_s += time.perf_counter() - t
             return next(self._steps)
+
+    @property
+    def waiting(self) -> bool:
+        """Blocked for a while (over 0.1 s) on another user of the shared models; safe from another thread."""
+        since = self._waiting_since
+        return since is not None and time.perf_counter() - since > 0.1
 
     def cancel(self) -> None:
         """End the run before its next round, or between two chunks of a long prefill; safe from
@@ -111,7 +126,8 @@ class Generation:
                 return
             t0 = clock()
             # 1. draft up to K tokens (fewer when the round could overrun the budget or the context)
-            proposal = drafter.propose(context, min(cfg.k, room - 1), s, generator, cfg.confidence)
+            asked = min(cfg.k, room - 1)
+            proposal = drafter.propose(context, asked, s, generator, cfg.confidence, cfg.draft_noise)
             drafted = proposal.tokens
             k = len(drafted)
             t1 = clock()
@@ -128,7 +144,7 @@ class Generation:
             new = drafted[:n_acc] + [int(v.next_token[0])]
             t3 = clock()
             # 4. emit, cut after the first stop token (which may be one of the kept drafts)
-            stop_at = next((i for i, tok in enumerate(new) if tok in pair.stop_ids), None)
+            stop_at = next((i for i, tok in enumerate(new) if tok in self.stop_ids), None)
             if stop_at is not None:
                 new = new[: stop_at + 1]
                 self.stop_reason = "eos"
@@ -143,6 +159,8 @@ class Generation:
             record = self._record(proposal, target_probs, v, new, pieces, len(context) - len(new),
                                   (target_len, len(target)),
                                   None if draft_len is None else (draft_len, len(drafter.cache)))
+            record["draft_stop"] = (proposal.stopped if proposal.stopped != LIMIT else
+                                    "k" if asked == cfg.k else "budget")
             t5 = clock()
             times = PhaseTimes(draft=t1 - t0, verify=t2 - t1, accept=t3 - t2, rollback=t4 - t3,
                                other=t5 - t4, forward=proposal.forward_s + (t_fwd - t1))
@@ -171,10 +189,12 @@ class Generation:
             q, p = proposal.probs[i], target_probs[i]  # (V,), (V,)
             status = (ACCEPTED if i < emitted_drafts else AFTER_STOP if stopped_in_drafts
                       else REJECTED if i == n_acc else UNREACHED)
+            tested = status in (ACCEPTED, REJECTED)  # the rule read u and p/q here; elsewhere they decide nothing
             positions.append(DraftPosition(
                 token_id=tok, text=self.pair.token_text(tok), q=float(q[tok]), p=float(p[tok]),
-                ratio=float(v.ratios[0, i]), u=float(v.uniforms[0, i]),
-                beta=float(torch.minimum(p, q).sum()), status=status, candidates=self._candidates(p, q, tok)))
+                ratio=float(v.ratios[0, i]) if tested else None, u=float(v.uniforms[0, i]) if tested else None,
+                beta=float(torch.minimum(p, q).sum()), status=status, candidates=self._candidates(p, q, tok),
+                confidence=proposal.confidence[i] if i < len(proposal.confidence) else None))
         return dict(index=len(self.rounds), context_len=context_len, positions=tuple(positions),
                     n_accepted=emitted_drafts, rejected_at=n_acc if n_acc < k and not stopped_in_drafts else None,
                     next_kind=kind,

@@ -212,19 +212,40 @@ class ModelPair:
         return self.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def encode(self, prompt: str, chat: bool = True) -> list[int]:
+        return self.encode_marked(prompt, chat)[0]
+
+    def encode_marked(self, prompt: str, chat: bool = True) -> tuple[list[int], tuple[bool, ...]]:
+        """The prompt's ids (through the chat template unless ``chat`` is False) and, per id,
+        whether it is the template's markup (True) rather than the user's own text."""
         validate_prompt(prompt)
         if chat and getattr(self.tokenizer, "chat_template", None):
-            prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                        tokenize=False, add_generation_prompt=True)
-            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            ids, hidden = self._encode_chat(prompt)
         else:
             ids = self.tokenizer(prompt)["input_ids"]
+            hidden = tuple(i in self.tokenizer.all_special_ids for i in ids)
         if not ids:
             raise ConfigError("prompt must encode to at least one token (got none from the tokenizer)", "prompt")
         if len(ids) >= self.max_positions:
             raise ConfigError(f"prompt must be shorter than the context of {self.max_positions} tokens "
                               f"(got {len(ids)} tokens)", "prompt")
-        return list(ids)
+        return list(ids), hidden
+
+    def _encode_chat(self, prompt: str) -> tuple[list[int], tuple[bool, ...]]:
+        """The template inserts the prompt verbatim: the characters it adds are the difference
+        between the rendering with the prompt and with an empty one. A token is the user's only
+        when all of its characters are; where offsets are not to be had, only special tokens
+        count as markup."""
+        render = lambda content: self.tokenizer.apply_chat_template(  # noqa: E731
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
+        full, empty = render(prompt), render("")
+        prefix = next((i for i, (a, b) in enumerate(zip(full, empty)) if a != b), len(empty))
+        start = next((i for i in range(prefix, -1, -1) if full == empty[:i] + prompt + empty[i:]), None)
+        if start is None or not self.tokenizer.is_fast:
+            ids = self.tokenizer(full, add_special_tokens=False)["input_ids"]
+            return ids, tuple(i in self.tokenizer.all_special_ids for i in ids)
+        enc = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+        end = start + len(prompt)
+        return enc["input_ids"], tuple(not (start <= a and b <= end) for a, b in enc["offset_mapping"])
 
     def param_counts(self) -> dict[str, int]:
         """Parameters of the original models (embeddings included), whatever their representation."""

@@ -2,8 +2,8 @@
 
 Pure functions of the records: no model, no gradio, no plotly. Letters as in Leviathan et al.
 2023: p is the verifier (target), q the draft. The acceptance estimate ``a`` for the theory curve
-(Section 3.1: E[tokens per round] = (1 - a^(K+1)) / (1 - a)) is the share of *reached* drafted
-positions that were kept; positions after a rejection were never tested and do not count.
+(:mod:`specdec.theory`) is the share of *tested* drafted positions that were kept; positions
+after a rejection were never tested and do not count, and show no verdict numbers.
 """
 from __future__ import annotations
 
@@ -54,35 +54,69 @@ def output_text(segs: list[Segment]) -> str:
 
 
 def segment_detail(s: Segment) -> str:
+    """A token's story in one line: what it is, where it came from, its numbers."""
     where = f"round {s.round + 1}, position {s.position + 1}"
     if s.label == ACCEPTED:
-        nums = f"p = {s.p:.4f}, q = {s.q:.4f}, p/q = {s.ratio:.3f}: kept"
+        nums = f"p {s.p:.3g}, q {s.q:.3g}, p/q {s.ratio:.3g}: kept"
     elif s.label == REJECTED:
-        nums = f"p = {s.p:.4f}, q = {s.q:.4f}, p/q = {s.ratio:.3f}: rejected, not part of the output"
+        nums = f"p {s.p:.3g}, q {s.q:.3g}, p/q {s.ratio:.3g}: rejected, not in the output"
     elif s.label == RESAMPLED:
-        nums = f"drawn from the residual norm(max(0, p - q)) with probability {s.p:.4f}"
+        nums = f"drawn from the residual norm(max(0, p − q)), probability {s.p:.3g}"
     elif s.label == BONUS:
-        nums = f"bonus token drawn from p with probability {s.p:.4f}"
+        nums = f"bonus, drawn from p, probability {s.p:.3g}"
     else:
-        nums = f"drawn from p with probability {s.p:.4f} (nothing was drafted this round)"
-    return f"**{s.text!r}** ({s.label}), {where}: {nums}"
+        nums = f"drawn from p, probability {s.p:.3g} (nothing drafted)"
+    return f"{s.text!r} {s.label}, {where}: {nums}"
 
 
-def position_rows(r: RoundTrace, verified: bool) -> list[list]:
-    """One row per drafted token; the verifier's columns only once the round is verified."""
+PHASES_OF_A_ROUND = ("draft", "verify", "accept", "commit")  # what the step-through reveals, in order
+DASH = "—"
+UNTESTED_WHY = {UNREACHED: "not tested: after the rejection", AFTER_STOP: "not emitted: after the stop token"}
+ROW_HEADERS = ["#", "token", "q(x)", "conf.", "p(x)", "p/q", "u", "verdict"]
+COLUMNS = {"draft": 4, "verify": 5, "accept": 8, "commit": 8}  # the columns each phase has revealed
+
+
+def position_rows(r: RoundTrace, phase: str) -> list[list]:
+    """One row per drafted token, with the columns ``phase`` has revealed (:data:`COLUMNS`):
+    q(x) and the draft's confidence after drafting; p(x) after the verifier's forward; p/q, u and
+    the verdict after accept/reject. An untested position gets dashes and why, never numbers."""
+    n = COLUMNS[phase]
     rows = []
     for i, pos in enumerate(r.positions):
-        row = [i + 1, repr(pos.text), round(pos.q, 4)]
-        if verified:
-            verdict = {ACCEPTED: "accepted (u <= p/q)", REJECTED: "rejected (u > p/q)",
-                       UNREACHED: "not tested (after the rejection)",
-                       AFTER_STOP: "not emitted (after the stop token)"}[pos.status]
-            row += [round(pos.p, 4), round(pos.ratio, 3), round(pos.u, 3), verdict]
-        rows.append(row)
+        conf = DASH if pos.confidence is None else round(pos.confidence, 3)
+        row = [i + 1, repr(pos.text), round(pos.q, 4), conf, round(pos.p, 4)]
+        if n > 5:
+            if pos.tested:
+                verdict = "kept (u ≤ p/q)" if pos.status == ACCEPTED else "rejected (u > p/q)"
+                row += [round(pos.ratio, 3), round(pos.u, 3), verdict]
+            else:
+                row = row[:4] + [DASH, DASH, DASH, UNTESTED_WHY[pos.status]]
+        rows.append(row[:n])
     return rows
 
 
-ROW_HEADERS = ["#", "token", "q(x)", "p(x)", "p/q", "u", "verdict"]
+def draft_stop_text(r: RoundTrace, k: int, confidence: float) -> str:
+    """Why the round drafted as many tokens as it did, in one sentence."""
+    n = len(r.positions)
+    if r.draft_stop == "confidence":
+        last = r.positions[-1]
+        return (f"Drafting stopped after {_n(n, 'token', 'tokens')}: the draft's confidence in {last.text!r} was "
+                f"{last.confidence:.2f}, below the threshold {confidence:g} (its top probability before "
+                "temperature, in the conf. column).")
+    if r.draft_stop == "stop_token":
+        return f"Drafting stopped after {_n(n, 'token', 'tokens')}: {r.positions[-1].text!r} is a stop token."
+    if r.draft_stop == "budget":
+        return (f"Drafted {_n(n, 'token', 'tokens')}, fewer than K = {k}: only {n + 1} more "
+                f"{'token fits' if n == 0 else 'tokens fit'} in the budget (max new tokens or the context).")
+    if r.draft_stop == "no_match":
+        return "Prompt lookup found no earlier occurrence of the last tokens in the prompt or the output."
+    if r.draft_stop == "copy_end":
+        return f"Prompt lookup copied {_n(n, 'token', 'tokens')}: all that followed its match."
+    if r.draft_stop == "nothing":
+        return "Verifier only: nothing is drafted."
+    tail = (f" (every token's confidence was at least {confidence:g})" if confidence and r.positions
+            and r.positions[0].confidence is not None else "")
+    return f"Drafted K = {k} tokens{tail}."
 
 
 def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = False) -> str:
@@ -90,8 +124,8 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
     k = r.drafted
     if phase == "draft":
         if k == 0:
-            return ("The drafter proposed nothing this round (prompt lookup found no earlier occurrence of the "
-                    "context's last tokens), so the round is one plain verifier step.")
+            return ("**Draft.** The drafter proposed nothing this round (prompt lookup found no earlier occurrence "
+                    "of the context's last tokens), so the round is one plain verifier step.")
         how = ("Prompt lookup copied the tokens that followed the latest earlier occurrence of the context's last "
                "n-gram; it is deterministic, so q is one-hot (q(x) = 1) and a token will be kept with probability "
                "p(x)." if drafter == "lookup" else
@@ -101,11 +135,18 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                 "the verifier's output.")
     if phase == "verify":
         if k == 0:
-            return (f"**Verify.** One verifier forward produced p for the next position and "
-                    f"{r.next_token.text!r} was drawn from it, exactly as plain decoding would.")
-        head = (f"**Verify.** One verifier forward over {k + 1} positions gave p at every drafted position at once. "
-                "Token i is kept when its draw u_i <= p(x)/q(x), that is with probability min(1, p/q); the first "
-                "rejection ends the round. ")
+            return ("**Verify.** One verifier forward produced p for the next position, exactly as plain decoding "
+                    "would.")
+        return (f"**Verify.** One verifier forward read the last context token and the {_n(k, 'draft', 'drafts')}: "
+                f"{k + 1} positions at once, the price of about one ordinary step. It gives p at every drafted "
+                "position (each assuming the drafts before it are kept) and at the position after the last draft. "
+                "Nothing is decided yet.")
+    if phase == "accept":
+        if k == 0:
+            return (f"**Accept/reject.** Nothing to test: {r.next_token.text!r} was drawn from p, as plain "
+                    "decoding would.")
+        head = ("**Accept/reject.** Token i is kept when its draw u_i ≤ p(x)/q(x), that is with probability "
+                "min(1, p/q); the first rejection ends the round and the drafts after it are never tested. ")
         if r.next_kind is None:
             stop = r.positions[r.n_accepted - 1]
             tail = (f"The kept drafts include the stop token {stop.text!r} at position {r.n_accepted}: the output ends "
@@ -124,34 +165,35 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                      "so the output equals greedy decoding of the verifier.")
         return head + tail
     cut = r.target_cache[0] - r.target_cache[1]
-    how = (f"The verifier's KV cache was cut back by {_n(cut, 'entry', 'entries')} (lengths below), dropping what it computed for "
+    how = (f"The verifier's KV cache was cut back by {_n(cut, 'entry', 'entries')}, dropping what it computed for "
            "drafts that were not kept, so that it holds every context token but the last."
            if cut > 0 else "Every entry the verifier computed belongs to kept tokens, so its KV cache needed no cut; "
            "it holds every context token but the last, as before every round.")
-    return (f"**Commit.** {_n(len(r.emitted), 'token', 'tokens')} joined the context. {how} The next round starts "
-            "from the new context.")
+    return (f"**Commit and roll back.** {_n(len(r.emitted), 'token', 'tokens')} joined the context. {how} The next "
+            "round starts from the new context.")
 
 
 def _n(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def cache_text(r: RoundTrace) -> str:
-    """Before the round each cache holds every context token but the last."""
+def cache_text(r: RoundTrace, phase: str = "commit") -> str:
+    """The KV-cache lengths as far as ``phase``: before each round each cache holds every context
+    token but the last; the forward adds K+1 entries; the rollback cuts what was not kept."""
     before = r.context_len - 1
-    out = (f"Verifier KV cache: {before} before the round, {r.target_cache[0]} after the forward, "
-           f"{r.target_cache[1]} after the rollback.")
+    out = f"Verifier KV cache: {before} before the round"
+    if phase == "draft":
+        out += "; the verifier has not run yet."
+    else:
+        out += f", {r.target_cache[0]} after the forward"
+        out += f", {r.target_cache[1]} after the rollback." if phase == "commit" else " (not rolled back yet)."
     if r.draft_cache is not None:
-        out += f" Draft KV cache: {r.draft_cache[0]} after drafting, {r.draft_cache[1]} after the rollback."
-        if r.draft_cache[1] < r.target_cache[1]:
+        out += f" Draft KV cache: {r.draft_cache[0]} after drafting"
+        out += f", {r.draft_cache[1]} after the rollback." if phase == "commit" else "."
+        if phase == "commit" and r.draft_cache[1] < r.target_cache[1]:
             out += (" The draft's cache is one shorter: it never ran its last drafted token through itself (that "
                     "token was kept, so nothing needed it); it catches up in its next forward.")
     return out
-
-
-def theory_tokens_per_round(a: float, k: int) -> float:
-    """Expected tokens per round for i.i.d. acceptance a and K drafts (Leviathan et al. 2023, eq. 1)."""
-    return k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
 
 
 @dataclass(frozen=True)
@@ -161,19 +203,19 @@ class RoundStats:
     rounds: list[int]            # 1-based round numbers
     accepted: list[int]
     drafted: list[int]
-    running_a: list[float]       # kept / reached so far
+    running_a: list[float]       # kept / tested so far
     running_tokens: list[float]  # mean emitted tokens per round so far
-    k: int
+    k: int                       # the most drafted in one round
 
 
 def round_stats(rounds: list[RoundTrace]) -> RoundStats:
-    kept = reached = tokens = 0
+    kept = tested = tokens = 0
     running_a, running_tokens = [], []
     for n, r in enumerate(rounds, 1):
         kept += r.n_accepted
-        reached += r.n_accepted + (r.rejected_at is not None)
+        tested += r.tested
         tokens += len(r.emitted)
-        running_a.append(kept / reached if reached else 0.0)
+        running_a.append(kept / tested if tested else 0.0)
         running_tokens.append(tokens / n)
     return RoundStats([r.index + 1 for r in rounds], [r.n_accepted for r in rounds], [r.drafted for r in rounds],
                       running_a, running_tokens, max((r.drafted for r in rounds), default=0))

@@ -58,7 +58,8 @@ class RunSettings:
         return {"prompt": self.prompt, "drafter": self.drafter, "chat_template": self.chat_template,
                 "target": m.target, "draft": m.draft if self.drafter == "model" else None, "device": m.device,
                 "precision": m.precision, "k": d.k, "confidence": d.confidence, "temperature": s.temperature,
-                "top_k": s.top_k, "top_p": s.top_p, "seed": d.seed, "max_new_tokens": d.max_new_tokens}
+                "top_k": s.top_k, "top_p": s.top_p, "seed": d.seed, "max_new_tokens": d.max_new_tokens,
+                "draft_noise": d.draft_noise, "ignore_eos": d.ignore_eos}
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSettings:
@@ -69,7 +70,9 @@ class RunSettings:
                                   get("top_p", decode.sampling.top_p))
         return cls(prompt=get("prompt", None), drafter=get("drafter", "model"), chat_template=get("chat_template", True),
                    decode=DecodeConfig(get("max_new_tokens", decode.max_new_tokens), get("k", decode.k),
-                                       get("confidence", decode.confidence), get("seed", decode.seed), sampling),
+                                       get("confidence", decode.confidence), get("seed", decode.seed), sampling,
+                                       draft_noise=get("draft_noise", decode.draft_noise),
+                                       ignore_eos=get("ignore_eos", decode.ignore_eos)),
                    models=ModelChoice(get("target", model.target), get("draft", model.draft),
                                       get("device", model.device), get("precision", model.precision)))
 
@@ -103,8 +106,13 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=d.sampling.top_p, help="in (0, 1] (default 1.0)")
     parser.add_argument("--seed", type=int, default=d.seed, help=f"default {d.seed}")
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help=f"default {d.max_new_tokens}")
+    parser.add_argument("--draft-noise", type=float, default=d.draft_noise,
+                        help="e in [0, 1]: the draft samples from (1 - e) q + e * uniform; lossless, just a worse "
+                             "draft (default 0)")
+    parser.add_argument("--ignore-eos", action="store_true", help="generate max-new-tokens tokens, past stop tokens")
 
 
 def decode_from_args(args: argparse.Namespace) -> DecodeConfig:
     return DecodeConfig(max_new_tokens=args.max_new_tokens, k=args.k, confidence=args.confidence, seed=args.seed,
-                        sampling=SamplingConfig(args.temperature, args.top_k, args.top_p))
+                        sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
+                        draft_noise=args.draft_noise, ignore_eos=args.ignore_eos)

@@ -19,7 +19,12 @@ ACCEPTED, REJECTED, UNREACHED, AFTER_STOP = "accepted", "rejected", "unreached",
 # drawn from p when every draft was kept, or drawn from p in a round that drafted nothing (plain
 # decoding: the verifier-only baseline, or prompt lookup without a match).
 RESAMPLED, BONUS, PLAIN = "resampled", "bonus", "plain"
-TRACE_FORMAT = 3
+TESTED = (ACCEPTED, REJECTED)
+# Why a round drafted as many tokens as it did (RoundTrace.draft_stop): K reached, the budget
+# (fewer tokens left than K), the draft's low confidence, a drafted stop token, prompt lookup with
+# no match or at the end of what it copied, or nothing drafted (verifier only).
+DRAFT_STOPS = ("k", "budget", "confidence", "stop_token", "no_match", "copy_end", "nothing")
+TRACE_FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -41,17 +46,25 @@ class Candidate:
 
 @dataclass(frozen=True)
 class DraftPosition:
-    """One drafted token and what the verifier made of it."""
+    """One drafted token and what the verifier made of it. The verifier's forward gives p at every
+    drafted position, each assuming the drafts before it are kept; only the positions up to the
+    first rejection are *tested*. An untested one (unreached, after_stop) has no ratio and no u:
+    its p was computed on a context that holds a rejected or never-emitted token, and decides nothing."""
 
     token_id: int
     text: str
-    q: float                      # draft probability of the token
-    p: float                      # verifier probability of the token
-    ratio: float                  # p / q; kept iff u <= ratio
-    u: float                      # the uniform draw in (0, 1]
+    q: float                      # draft probability of the token (what it was sampled from)
+    p: float                      # verifier probability of the token, given the drafts before it
+    ratio: float | None           # p / q; kept iff u <= ratio. None when untested
+    u: float | None               # the uniform draw in (0, 1]. None when untested
     beta: float                   # sum_v min(p(v), q(v)): expected acceptance here, free of coin-flip noise
     status: str                   # accepted | rejected | unreached (after the first rejection) | after_stop
     candidates: tuple[Candidate, ...]  # the top of p and of q, and the drafted token: p and q of each
+    confidence: float | None = None    # the draft's untempered top probability, as its confidence test read it
+
+    @property
+    def tested(self) -> bool:
+        return self.status in TESTED
 
 
 @dataclass(frozen=True)
@@ -92,11 +105,17 @@ class RoundTrace:
     draft_cache: tuple[int, int] | None    # draft KV length likewise; None without a draft model
     times: PhaseTimes
     elapsed: float                         # seconds since the run started, at the end of this round
+    draft_stop: str = "k"                  # why drafting ended: one of DRAFT_STOPS
 
     @property
     def drafted(self) -> int:
         """Drafts that count: those emitted or tested, not those after a stop token."""
         return sum(p.status != AFTER_STOP for p in self.positions)
+
+    @property
+    def tested(self) -> int:
+        """Drafts the rule decided on: the kept ones and the first rejected one."""
+        return sum(p.tested for p in self.positions)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -147,7 +166,7 @@ def summarize(rounds: list[RoundTrace], prefill_s: float = 0.0) -> RunSummary:
     for r in rounds:
         hist[r.n_accepted] += 1
         for i, pos in enumerate(r.positions):
-            if pos.status in (ACCEPTED, REJECTED):
+            if pos.tested:
                 reached[i] += 1
                 kept[i] += pos.status == ACCEPTED
     totals = {ph: sum(getattr(r.times, ph) for r in rounds) for ph in PHASES}
@@ -200,5 +219,7 @@ class TraceFile:
                 raise ValueError(f"format {data.get('format')!r}, this version reads format {TRACE_FORMAT}")
             return cls(data.get("settings") or {}, tuple(RoundTrace.from_dict(d) for d in data["rounds"]),
                        float(data["summary"]["prefill_s"]), str(data["text"]), data.get("stop_reason"))
+        except RecursionError:  # nesting deeper than any trace: json gives up rather than overflow
+            raise ValueError("not a specdec trace file (nested too deeply)") from None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a specdec trace file ({type(e).__name__}: {e})") from None

@@ -8,24 +8,34 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specdec.render import PHASE_NAMES, round_stats, theory_tokens_per_round
+from specdec.experiment import Histogram
+from specdec.render import PHASE_NAMES, round_stats
+from specdec.theory import CostModel, tokens_per_round, tokens_per_round_drafted
 from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace
 
 # One colour per kind of token, shared by the charts and the token CSS (layout.CSS).
 COLORS = {ACCEPTED: "#86efac", REJECTED: "#fca5a5", RESAMPLED: "#fcd34d", BONUS: "#93c5fd", PLAIN: "#e5e7eb"}
 BAR = {ACCEPTED: "#16a34a", REJECTED: "#dc2626", UNREACHED: "#9ca3af"}  # saturated, for bars on white
 P_COLOR, Q_COLOR, RESIDUAL_COLOR = "#ea580c", "#2563eb", "#a16207"
+RACE_COLORS = {"verifier only": "#6b7280", "speculative": "#2563eb"}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f97316", "accept": "#a855f7", "rollback": "#10b981", "other": "#9ca3af"}
 
 
 def _layout(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", **kw) -> go.Figure:
     """Title (and a subtitle line) on top, legend below the plot: nothing overlaps on a narrow screen."""
-    text = title + (f"<br><sup>{subtitle}</sup>" if subtitle else "")
+    text = title + "".join(f"<br><sup>{line}</sup>" for line in subtitle.split("<br>") if line)
+    top = 45 + 18 * (subtitle.count("<br>") + 1 if subtitle else 0)
     fig.update_layout(title=dict(text=text, font=dict(size=14), y=0.97, x=0.01, yanchor="top"), height=height,
-                      template="plotly_white", margin=dict(l=60, r=20, t=70 if subtitle else 50, b=40), **kw)
+                      template="plotly_white", margin=dict(l=60, r=20, t=top, b=40), **kw)
     fig.update_layout(legend=dict(orientation="h", x=0, y=-0.22, yanchor="top", font=dict(size=11)))
     fig.update_layout(margin_b=110)
     return fig
+
+
+def warm_up() -> None:
+    """Build one figure of each trace type: plotly loads its validators (a few hundred ms) on first
+    use, which should not land inside a run's first chart refresh."""
+    _layout(go.Figure([go.Bar(x=[1], y=[1]), go.Scatter(x=[1], y=[1])]), "warm-up", subtitle="a<br>b")
 
 
 def _label(text: str) -> str:
@@ -35,35 +45,43 @@ def _label(text: str) -> str:
 
 
 def ratio_figure(rounds: list[RoundTrace]) -> go.Figure:
-    """min(1, p/q) per drafted token, one bar trace per verdict, and the draws u as markers: a
-    token is kept exactly when its u marker is at or below the top of its bar."""
+    """min(1, p/q) per tested drafted token, one bar trace per verdict, and the draws u as
+    markers: a token is kept exactly when its u marker is at or below the top of its bar. An
+    untested token (after a rejection) gets a grey marker and no numbers: the rule never read them."""
     single = len(rounds) == 1
-    by_status = {s: ([], [], []) for s in (ACCEPTED, REJECTED, UNREACHED)}  # x, y, hover
-    zero_x, u_x, u_y, labels, n = [], [], [], [], 0
+    by_status = {s: ([], [], []) for s in (ACCEPTED, REJECTED)}  # x, y, hover
+    zero_x, u_x, u_y, untested_x, untested_hover, labels, n = [], [], [], [], [], [], 0
     for r in rounds:
         for i, pos in enumerate(r.positions):
-            if pos.status not in by_status:  # after a stop token: never emitted, nothing to test
+            if pos.status not in (ACCEPTED, REJECTED, UNREACHED):  # after a stop token: never emitted
                 continue
             n += 1
-            x = n
             labels.append(f"{i + 1}: {_label(pos.text)}")
+            where = f"round {r.index + 1}, position {i + 1}: {pos.text!r}"
+            if not pos.tested:
+                untested_x.append(n)
+                untested_hover.append(f"{where}<br>not tested: after the rejection, so no p/q and no u")
+                continue
             xs, ys, hover = by_status[pos.status]
-            xs.append(x)
+            xs.append(n)
             ys.append(min(1.0, pos.ratio))
-            hover.append(f"round {r.index + 1}, position {i + 1}: {pos.text!r}<br>p = {pos.p:.4f}, q = {pos.q:.4f}, "
-                         f"p/q = {pos.ratio:.3f}, u = {pos.u:.3f}: {pos.status.replace('unreached', 'not tested')}")
+            hover.append(f"{where}<br>p = {pos.p:.4f}, q = {pos.q:.4f}, p/q = {pos.ratio:.3f}, u = {pos.u:.3f}: "
+                         f"{'kept' if pos.status == ACCEPTED else 'rejected'}")
             if pos.ratio == 0:
-                zero_x.append(x)
-            if pos.status != UNREACHED:
-                u_x.append(x)
-                u_y.append(pos.u)
-    names = {ACCEPTED: "kept (u ≤ p/q)", REJECTED: "rejected (u > p/q)", UNREACHED: "not tested (after a rejection)"}
+                zero_x.append(n)
+            u_x.append(n)
+            u_y.append(pos.u)
+    names = {ACCEPTED: "kept (u ≤ p/q)", REJECTED: "rejected (u > p/q)"}
     fig = go.Figure([go.Bar(x=xs, y=ys, name=names[s], marker_color=BAR[s], hovertext=hover, hoverinfo="text")
                      for s, (xs, ys, hover) in by_status.items() if xs])
     if zero_x:  # a bar of height 0 is invisible: mark p/q = 0 explicitly
         fig.add_trace(go.Scatter(x=zero_x, y=[0] * len(zero_x), mode="markers", name="p/q = 0 (verifier: impossible)",
                                  marker=dict(symbol="x-thin-open", size=14, color=BAR[REJECTED], line_width=3),
                                  hoverinfo="skip"))
+    if untested_x:
+        fig.add_trace(go.Scatter(x=untested_x, y=[0.04] * len(untested_x), mode="markers", name="not tested",
+                                 marker=dict(symbol="line-ew-open", size=16, color=BAR[UNREACHED], line_width=3),
+                                 hovertext=untested_hover, hoverinfo="text"))
     fig.add_trace(go.Scatter(x=u_x, y=u_y, name="draw u", mode="markers", hoverinfo="skip",
                              marker=dict(color="#111827", size=8, symbol="diamond")))
     fig.add_hline(y=1.0, line_dash="dash", line_color="#15803d", annotation_text="p ≥ q: always kept",
@@ -72,7 +90,7 @@ def ratio_figure(rounds: list[RoundTrace]) -> go.Figure:
              dict(title="drafted token, in order (hover for round and position)", tickmode="auto", nticks=12))
     if single:
         xaxis["title"] = "drafted token"
-    return _layout(fig, "Acceptance test per drafted token: kept iff u ≤ p/q", barmode="overlay",
+    return _layout(fig, "The test per drafted token", subtitle="kept iff the draw u ≤ p/q", barmode="overlay",
                    yaxis=dict(range=[0, 1.12], title="min(1, p/q) and u"), xaxis=xaxis)
 
 
@@ -94,12 +112,13 @@ def distribution_figure(r: RoundTrace) -> go.Figure:
         if chosen is not None and chosen in [t.token_id for t in top]:
             _highlight(fig, [t.token_id for t in top].index(chosen), "drawn")
         if r.next_kind == BONUS:
-            title = f"All {r.drafted} drafts kept: bonus token {r.next_token.text!r} drawn from p at the next position"
+            title, sub = f"All {r.drafted} drafts kept", f"bonus {_label(r.next_token.text)} drawn from p after them"
         elif r.next_kind == PLAIN:
-            title = f"Nothing drafted: {r.next_token.text!r} drawn from p, as plain decoding does"
+            title, sub = "Nothing drafted", f"{_label(r.next_token.text)} drawn from p, as plain decoding does"
         else:
-            title = f"The kept drafts end with the stop token {r.positions[r.n_accepted - 1].text!r}"
-        return _layout(fig, title, yaxis=dict(range=[0, 1.05], title="probability"), xaxis=dict(title="token"))
+            title, sub = "The kept drafts end in a stop token", _label(r.positions[r.n_accepted - 1].text)
+        return _layout(fig, title, subtitle=sub, yaxis=dict(range=[0, 1.05], title="probability"),
+                       xaxis=dict(title="token"))
     pos = r.positions[i]
     cands = list(pos.candidates)
     xs = [_label(c.text) for c in cands]
@@ -112,10 +131,13 @@ def distribution_figure(r: RoundTrace) -> go.Figure:
                    line=dict(color=RESIDUAL_COLOR, dash="dot", width=2), marker=dict(size=10, symbol="star")),
     ])
     _highlight(fig, [c.token_id for c in cands].index(pos.token_id), f"drafted x, p/q = {pos.ratio:.2f}")
-    title = f"Position {i + 1}: drafted {pos.text!r} rejected; {r.next_token.text!r} drawn from the residual"
-    subtitle = f"β = Σ min(p, q) = {pos.beta:.2f}: the chance that a draft from q is kept here"
-    return _layout(fig, title, subtitle=subtitle, barmode="group", yaxis=dict(range=[0, 1.12], title="probability"),
-                   xaxis=dict(title="token (the top of p and of q, and the drafted x)"), height=400)
+    title = f"Position {i + 1}: {_label(pos.text)} rejected"
+    subtitle = (f"{_label(r.next_token.text)} drawn from the residual; tokens: the top of p and of q, and x<br>"
+                f"β = Σ min(p, q) = {pos.beta:.2f}: the chance a draft from q is kept here")
+    fig = _layout(fig, title, subtitle=subtitle, barmode="group", yaxis=dict(range=[0, 1.12], title="probability"),
+                  height=400)
+    fig.update_layout(legend_y=-0.3)  # below the slanted token labels
+    return fig
 
 
 def _highlight(fig: go.Figure, index: int, label: str) -> None:
@@ -127,7 +149,7 @@ def timing_figure(rounds: list[RoundTrace]) -> go.Figure:
     xs = [r.index + 1 for r in rounds]
     fig = go.Figure([go.Bar(x=xs, y=[1000 * getattr(r.times, ph) for r in rounds], name=PHASE_NAMES[ph],
                             marker_color=PHASE_COLORS[ph]) for ph in PHASES])
-    return _layout(fig, "Time per round by phase (this session's compute)", barmode="stack",
+    return _layout(fig, "Time per round by phase", subtitle="this session's compute", barmode="stack",
                    xaxis_title="round", yaxis_title="milliseconds")
 
 
@@ -142,33 +164,132 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
                              line_color="#111827"), secondary_y=True)
     fig.update_yaxes(title_text="drafted tokens", range=[0, max(s.k, 1) + 0.5], secondary_y=False)
     fig.update_yaxes(title_text="a", range=[0, 1.05], secondary_y=True)
-    return _layout(fig, "Drafts kept per round, and the running acceptance a", barmode="stack", xaxis_title="round")
+    return _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested",
+                   barmode="stack", xaxis_title="round")
 
 
 def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
+    """Measured tokens per round against E(a, K) averaged over the K each round really drafted
+    (adaptive drafting drafts fewer than the nominal K)."""
     s = round_stats(rounds)
     k = max(s.k, 1)
+    drafted = [r.drafted for r in rounds]
     grid = [i / 50 for i in range(51)]
-    fig = go.Figure([go.Scatter(x=grid, y=[theory_tokens_per_round(a, k) for a in grid], mode="lines",
-                                name=f"theory (1 − a^{k + 1}) / (1 − a)", line_color="#6b7280")])
+    mean_k = sum(drafted) / len(drafted) if drafted else 0.0
+    fig = go.Figure([go.Scatter(x=grid, y=[tokens_per_round_drafted(a, drafted) for a in grid], mode="lines",
+                                name=f"theory for the K drafted (mean {mean_k:.1f})", line_color="#6b7280")])
     if rounds:
         fig.add_trace(go.Scatter(x=s.running_a, y=s.running_tokens, mode="lines+markers", name="measured, by round",
                                  line=dict(color="#2563eb", width=1), marker=dict(size=5)))
         fig.add_trace(go.Scatter(x=s.running_a[-1:], y=s.running_tokens[-1:], mode="markers", name="now",
                                  marker=dict(color="#dc2626", size=12)))
-    return _layout(fig, "Mean tokens per round against the theory", xaxis_title="acceptance a (kept / tested)",
+    return _layout(fig, "Tokens per round against the theory", subtitle="(1 − a^(K+1)) / (1 − a), each round's K",
+                   xaxis_title="acceptance a (kept / tested)",
                    yaxis_title="tokens per round", xaxis=dict(range=[0, 1]), yaxis=dict(range=[0, k + 1.2]))
 
 
-def race_figure(runs: dict[str, list[RoundTrace]]) -> go.Figure:
-    """Tokens generated against elapsed time (prefill included) for each named run."""
+def race_figure(runs: list[tuple[str, str, list[RoundTrace]]]) -> go.Figure:
+    """Tokens generated against elapsed time (prefill included) for each (name, kind, rounds),
+    one colour per kind ("verifier only" or "speculative"), one dash per repeat."""
     fig = go.Figure()
-    for name, rounds in runs.items():
+    dashes = {}
+    for name, kind, rounds in runs:
         ts, ns, n = [0.0], [0], 0
         for r in rounds:
             n += len(r.emitted)
             ts.append(r.elapsed)
             ns.append(n)
-        fig.add_trace(go.Scatter(x=ts, y=ns, mode="lines+markers", name=name, line_shape="hv"))
-    return _layout(fig, "Tokens generated against this session's compute time", xaxis_title="seconds",
-                   yaxis_title="tokens")
+        dash = dashes.setdefault(name.removeprefix(kind), ("solid", "dot", "dash", "longdash", "dashdot")[len(dashes) % 5])
+        fig.add_trace(go.Scatter(x=ts, y=ns, mode="lines+markers", name=name, line_shape="hv",
+                                 line=dict(color=RACE_COLORS[kind], dash=dash), marker=dict(size=4)))
+    return _layout(fig, "Tokens against compute time", subtitle="each run's own, the prefill included",
+                   xaxis_title="seconds", yaxis_title="tokens")
+
+
+def speedup_figure(m: CostModel, k_max: int) -> go.Figure:
+    """S(K) = E(a, K) / (K c + v(K)) over a constant K, with the measured run on it."""
+    ks = list(range(1, max(k_max, 8) + 1))
+    fig = go.Figure([
+        go.Scatter(x=ks, y=[m.speedup(k) for k in ks], mode="lines+markers", name="predicted S(K), constant K",
+                   line_color="#6b7280"),
+        go.Scatter(x=[m.k_mean], y=[m.measured], mode="markers", name="this comparison (mean K drafted)",
+                   marker=dict(color="#dc2626", size=13, symbol="star")),
+    ])
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#9ca3af", annotation_text="no gain",
+                  annotation_position="bottom right")
+    return _layout(fig, "Predicted speed-up over K", subtitle=f"a = {m.a:.2f}, c = {m.c:.2f}, v(K) measured",
+                   xaxis=dict(title="K, drafts per round", dtick=1), yaxis=dict(title="speed-up", rangemode="tozero"))
+
+
+def histogram_figure(h: Histogram) -> go.Figure:
+    """p against what the rule emitted, and against what the argmax-draft bug emitted."""
+    xs = [_label(t) if t != h.labels[-1] else "other" for t in h.labels]
+    fig = go.Figure([
+        go.Bar(x=xs, y=list(h.p), name="p (verifier)", marker_color=P_COLOR),
+        go.Bar(x=xs, y=list(h.correct), name=f"the rule: TV {h.tv_correct:.3f}", marker_color="#16a34a"),
+        go.Bar(x=xs, y=list(h.bug), name=f"argmax draft bug: TV {h.tv_bug:.3f}", marker_color="#7c3aed"),
+    ])
+    return _layout(fig, f"{h.trials:,} rounds at one position", subtitle="share of rounds emitting each token",
+                   barmode="group", yaxis=dict(title="share", rangemode="tozero"), xaxis=dict(title="token"))
+
+
+LIVE_HEIGHT = 90  # px: the live charts' plot area
+
+
+def live_html(rounds: list[RoundTrace], last: int = 60) -> str:
+    """The two live charts of a run, drawn in plain HTML while it goes (a plotly redraw costs the
+    browser enough CPU to slow the engine on a 2-core machine; these cost about what the text
+    does): time per round by phase, and min(1, p/q) with the draw u per tested drafted token,
+    over the latest rounds. Colours come from classes (:data:`LIVE_CSS`); the interactive plotly
+    charts replace these when the run ends."""
+    shown = rounds[-last:]
+    if not shown:
+        return ""
+    top = max(r.times.total for r in shown) or 1.0
+    bars = []  # one element per bar, its phases as a stacked gradient: few elements to lay out each refresh
+    for r in shown:
+        total, stops, at = r.times.total or 1.0, [], 0.0
+        for ph in PHASES:
+            end = at + 100 * getattr(r.times, ph) / total
+            stops.append(f"{PHASE_COLORS[ph]} {at:.0f}% {end:.0f}%")
+            at = end
+        bars.append(f'<a style="height:{LIVE_HEIGHT * r.times.total / top:.0f}px;background:linear-gradient('
+                    f'to top,{",".join(stops)})"></a>')
+    tests = []  # the bar min(1, p/q) with the draw u as a dark band in the same element
+    for r in shown:
+        for pos in r.positions:
+            if pos.tested:
+                h = LIVE_HEIGHT * min(1.0, pos.ratio)
+                u = LIVE_HEIGHT * pos.u
+                tests.append(f'<a class="v-{pos.status}" style="height:{max(h, u + 2):.0f}px;--u:{u:.0f}px;'
+                             f'--bar:{h:.0f}px"></a>')
+    tests = tests[-2 * last:]
+    phases = " ".join(f'<span class="live-key ph-{ph}"></span>{PHASE_NAMES[ph]}' for ph in PHASES)
+    verdicts = ('<span class="live-key v-accepted"></span>kept <span class="live-key v-rejected"></span>rejected '
+                '<span class="live-key live-u"></span>draw u')
+    test_chart = "" if not tests else (
+        f'<figure class="live-chart"><figcaption>The test per drafted token, min(1, p/q), live (latest {len(tests)})'
+        f'</figcaption><div class="live-plot live-tests">{"".join(tests)}</div>'
+        f'<div class="live-legend">{verdicts}</div></figure>')
+    return (f'<div class="live-charts" aria-label="live charts"><figure class="live-chart"><figcaption>Time per '
+            f'round by phase, live (latest {len(shown)} rounds; tallest {1e3 * top:.0f} ms)</figcaption>'
+            f'<div class="live-plot live-times">{"".join(bars)}</div><div class="live-legend">{phases}</div></figure>'
+            f'{test_chart}</div>')
+
+
+LIVE_CSS = "\n".join([f".ph-{ph} {{ background: {c}; }}" for ph, c in PHASE_COLORS.items()]
+                     + [f".v-{s} {{ background: {BAR[s]}; }}" for s in (ACCEPTED, REJECTED)])
+
+
+def race_html(base: list[RoundTrace], spec: list[RoundTrace]) -> str:
+    """The race while it goes: tokens so far and the compute they took, per side, as bars."""
+    sides = [("verifier only", base), ("speculative", spec)]
+    most = max(1, *(sum(len(r.emitted) for r in rounds) for _, rounds in sides))
+    rows = []
+    for name, rounds in sides:
+        n = sum(len(r.emitted) for r in rounds)
+        t = rounds[-1].elapsed if rounds else 0.0
+        rows.append(f'<div class="race-row"><span class="race-name">{name}</span><span class="race-bar" '
+                    f'style="width:{70 * n / most:.1f}%;background:{RACE_COLORS[name]}"></span>'
+                    f'<span>{n} tokens in {t:.1f} s</span></div>')
+    return f'<div class="live-race" aria-label="the race so far">{"".join(rows)}</div>'

@@ -2,21 +2,26 @@
 
 Each tab builds one component per field of its view record (:mod:`.views`) and shows a record by
 those fields. A :class:`~.views.Problem` changes nothing the page shows but the message at the
-field it concerns (the field's hint line turns into the message) and a toast.
+field it concerns (the field's hint line turns into the message), an alert next to the buttons
+(where a narrow screen, whose sidebar is closed, still shows it) and the sidebar, opened.
 """
 from __future__ import annotations
 
 from dataclasses import fields
 from functools import partial
 from html import escape
+from pathlib import Path
 
 import gradio as gr
 
+from . import charts
 from . import handlers as h
 from .charts import COLORS
-from .state import FORM, FIELD_LABELS, Loader, Session, form_defaults
-from .views import CompareView, Problem, RunView, StepView, legend_html, plain_html
+from .state import FIELD_LABELS, FORM, Loader, Session, form_defaults
+from .views import (UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView, StepView, legend_html,
+                    plain_html)
 
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 EXAMPLES = [
     ["Write a Python function that returns the n-th Fibonacci number iteratively.", "model"],
     ["Write a Python function that checks whether a number is prime.", "model"],
@@ -29,9 +34,18 @@ INTRO = ("**Speculative decoding, step by step.** A small *draft* model proposes
          "them in one forward pass and keeps a leading run, so the output is distributed exactly as the verifier's "
          "own (Leviathan et al. 2023). **p** = verifier, **q** = draft. Settings: the sidebar.")
 HINTS = {"prompt": None, "drafter": None, "k": "most tokens the draft proposes per round, 1 to 32",
-         "confidence": "a draft stops early after a token it gives less than this",
+         "confidence": "a draft stops early after a token it is less sure of than this",
+         "draft_noise": "0 to 1: the draft samples from (1 − e)·q + e·uniform; lossless, just worse",
          "temperature": "0 = greedy; try 0.8 to see the rule at work", "top_k": "0 = off", "top_p": "1 = off",
-         "seed": "same seed, same run", "max_new_tokens": "tokens to generate"}
+         "seed": "same seed, same run", "max_new_tokens": "tokens to generate",
+         "runs": "pairs of runs, seeds s, s+1, ...: the spread of the speed-up"}
+NOTEBOOK_LINES = {
+    "01_the_rule": "the rule by hand on made-up p and q: acceptance = Σ min(p, q), the residual, the argmax-draft bug",
+    "02_one_real_round": "one real round of the embedded pair, every number of this page's Step through tab",
+    "03_acceptance": "acceptance over K × temperature, every definition side by side, the best K for this machine",
+    "04_optimisation_journey": "from transformers' generate() to this engine: which speed-ups help here and why",
+    "05_runtime_vs_algorithm": "the same models in llama.cpp: when a verification costs about one step",
+}
 # Every kind of token has a colour and a second cue: rejected drafts are struck through (<del>),
 # resampled tokens have a dashed underline, bonus tokens a double one, accepted drafts a solid one,
 # verifier-only tokens none. Whitespace markers are CSS content: seen, never copied.
@@ -40,45 +54,95 @@ CSS = f"""
   monospace; font-size: 14px; margin: 0; color: #111827; }}
 .spec-plain {{ background: #f9fafb; padding: 8px; border-radius: 6px; max-height: 360px; overflow: auto; }}
 .spec-empty {{ color: #4b5563; font-style: italic; }}
-.tok {{ color: #111827; border-radius: 3px; padding: 1px 0; text-decoration-thickness: 2px; }}
+.tok {{ color: #111827; border-radius: 3px; padding: 1px 0; text-decoration-thickness: 2px; position: relative; }}
 .tok:focus {{ outline: 3px solid #1d4ed8; outline-offset: 1px; }}
+.tok:focus::after, .tok:hover::after {{ content: attr(aria-label); position: absolute; left: 0; top: 1.7em; z-index: 20;
+  width: max-content; max-width: min(340px, 80vw); white-space: normal; background: #111827; color: #ffffff;
+  font: 12px/1.4 system-ui, sans-serif; padding: 4px 8px; border-radius: 4px; text-decoration: none; }}
 .tok-accepted {{ background: {COLORS['accepted']}; border-bottom: 2px solid #15803d; }}
-.tok-rejected {{ background: {COLORS['rejected']}; text-decoration: line-through; }}
+.tok-rejected {{ background: {COLORS['rejected']}; text-decoration: line-through; font-size: 11px;
+  vertical-align: super; line-height: 1; padding: 0 2px; margin: 0 1px; white-space: nowrap; }}
 .tok-resampled {{ background: {COLORS['resampled']}; border-bottom: 2px dashed #92400e; }}
 .tok-bonus {{ background: {COLORS['bonus']}; border-bottom: 4px double #1e40af; }}
 .tok-plain {{ background: {COLORS['plain']}; }}
+body.hide-rejected .tok-rejected {{ display: none; }}
 .sp, .tab, .nl {{ position: relative; }}
 .sp::before {{ content: "·"; position: absolute; left: 0; right: 0; text-align: center; color: #6b7280; }}
+.tok-rejected .sp::before, .tok-rejected .tab::before {{ position: static; }}
 .tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
 .nl::before {{ content: "↵"; color: #6b7280; }}
 .spec-legend, .spec-ready {{ font-size: 13px; margin: 0; }}
-.spec-legend .tok {{ margin-right: 6px; padding: 1px 4px; }}
+.spec-legend .tok {{ margin-right: 6px; padding: 1px 4px; font-size: 13px; vertical-align: baseline; }}
 .field-error textarea, .field-error input {{ border-color: #b91c1c !important; }}
 .field-error .info, .field-error span[data-testid="block-info"] + div {{ color: #b91c1c !important; }}
-"""
+.spec-alert p {{ color: #991b1b; font-weight: 600; margin: 0; }}
+.spec-controls {{ position: sticky; top: 0; z-index: 30; background: var(--background-fill-primary);
+  padding: 6px 0; border-bottom: 1px solid #e5e7eb; }}
+button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !important; outline-offset: 2px; }}
+.step-b {{ font-size: 15px !important; line-height: 1.2 !important; padding-left: 6px !important;
+  padding-right: 6px !important; }}
+.skip-link {{ position: absolute; left: -9999px; }}
+.skip-link:focus {{ position: static; display: inline-block; padding: 4px 8px; background: #111827; color: #ffffff;
+  border-radius: 4px; }}
+.spec-table {{ overflow-x: auto; }}
+.spec-table table {{ border-collapse: collapse; font-size: 13px; width: 100%; }}
+.spec-table th, .spec-table td {{ border-bottom: 1px solid #e5e7eb; padding: 3px 6px; text-align: left;
+  color: #111827; }}
+.spec-table caption {{ text-align: left; font-weight: 600; padding-bottom: 4px; color: #111827; }}
+.spec-table td.dash {{ color: #4b5563; }}
+.spec-table tr.row-accepted th {{ border-left: 4px solid #16a34a; }}
+.spec-table tr.row-rejected th {{ border-left: 4px solid #dc2626; }}
+.spec-table tr.row-unreached th, .spec-table tr.row-after_stop th {{ border-left: 4px solid #9ca3af; }}
+@media (max-width: 600px) {{
+  .spec-table table {{ font-size: 11px; }}
+  .spec-table th, .spec-table td {{ padding: 2px 3px; }}
+}}
+.spec-note {{ font-size: 12px; color: #374151; margin: 4px 0 0 0; }}
+.live-charts {{ display: flex; flex-wrap: wrap; gap: 16px; }}
+.live-chart {{ margin: 0; flex: 1 1 300px; min-width: 0; }}
+.live-chart figcaption {{ font-size: 13px; font-weight: 600; color: #111827; margin-bottom: 4px; }}
+.live-plot {{ display: flex; align-items: flex-end; gap: 1px; height: {charts.LIVE_HEIGHT}px; overflow: hidden;
+  border-bottom: 1px solid #6b7280; }}
+.live-times a {{ flex: 0 0 5px; }}
+.live-tests a {{ flex: 0 0 4px; background-repeat: no-repeat; background-color: transparent !important;
+  background-image: linear-gradient(#111827, #111827), linear-gradient(var(--c), var(--c));
+  background-size: 100% 2px, 100% var(--bar); background-position: 0 calc(100% - var(--u)), 0 100%; }}
+.live-tests a.v-accepted {{ --c: {charts.BAR["accepted"]}; }}
+.live-tests a.v-rejected {{ --c: {charts.BAR["rejected"]}; }}
+.live-legend {{ font-size: 12px; color: #374151; margin-top: 2px; }}
+.live-key {{ display: inline-block; width: 10px; height: 10px; margin: 0 3px 0 8px; vertical-align: middle; }}
+.live-u {{ background: #111827; height: 2px; }}
+.race-row {{ display: flex; align-items: center; gap: 8px; font-size: 13px; margin: 4px 0; }}
+.race-name {{ flex: 0 0 110px; }}
+.race-bar {{ display: inline-block; height: 14px; border-radius: 2px; }}
+""" + charts.LIVE_CSS
 THEME = gr.themes.Default(primary_hue="blue").set(
     # white text on these fills is at least 4.5:1 (WCAG AA): #1d4ed8 6.7:1, #b91c1c 6.5:1
     button_primary_background_fill="#1d4ed8", button_primary_background_fill_hover="#1e40af",
     button_primary_text_color="#ffffff", button_cancel_background_fill="#b91c1c",
-    button_cancel_background_fill_hover="#991b1b", button_cancel_text_color="#ffffff")
-PLOT_MIN_WIDTH = 450
+    button_cancel_background_fill_hover="#991b1b", button_cancel_text_color="#ffffff",
+    block_info_text_color="#4b5563")  # field hints: 7.6:1 on white
+PLOT_MIN_WIDTH = 360
 # On a phone-sized window the open sidebar would cover the page: start it closed there.
 CLOSE_SIDEBAR_WHEN_NARROW = """() => setTimeout(() => {
   if (window.innerWidth < 900) document.querySelector('.sidebar.open .toggle-button')?.click();
-}, 300)"""  # two plots share a row from ~900 px of content width; below it, one plot per row
+}, 300)"""
+SHOW_REJECTED = "(show) => { document.body.classList.toggle('hide-rejected', !show); }"
 
 
 def build_demo(loader: Loader) -> gr.Blocks:
+    charts.warm_up()
     with gr.Blocks(title="Speculative decoding") as demo:
+        gr.HTML('<a class="skip-link" href="#step-controls">Skip to the step-through buttons</a>')
         session = gr.State(lambda: Session())  # a callable: a fresh Session per browser session
-        with gr.Sidebar(open=True, label="Settings"):
+        with gr.Sidebar(open=True, label="Settings") as sidebar:
             form = _settings()
         header = _header(loader)
         needs_models = []
         with gr.Tabs():
-            needs_models += _step_tab(loader, session, form)
-            needs_models += _run_tab(loader, session, form)
-            needs_models += _compare_tab(loader, session, form)
+            needs_models += _step_tab(loader, session, form, sidebar)
+            needs_models += _run_tab(loader, session, form, sidebar)
+            needs_models += _compare_tab(loader, session, form, sidebar)
         _poll_loading(demo, loader, header, needs_models)
         demo.load(None, None, None, js=CLOSE_SIDEBAR_WHEN_NARROW)
     return demo
@@ -87,10 +151,24 @@ def build_demo(loader: Loader) -> gr.Blocks:
 def _header(loader: Loader) -> tuple:
     gr.Markdown(INTRO)
     progress = gr.HTML(_progress_html(loader))
-    with gr.Accordion("Models, precision and parameter counts", open=False):
-        info = gr.Markdown(_info(loader))
-    gr.HTML(legend_html())
+    with gr.Row(equal_height=True):
+        with gr.Accordion("Models, precision and parameter counts", open=False):
+            info = gr.Markdown(_info(loader))
+        with gr.Accordion("Notebooks: the same lessons, measured", open=False):
+            gr.Markdown(_notebooks())
+    with gr.Row(equal_height=True):
+        gr.HTML(legend_html())
+        # one switch for every tab: it toggles a class on the page, so the text is not re-sent
+        show_rejected = gr.Checkbox(True, label="show rejected drafts", container=False, min_width=160, scale=0)
+    show_rejected.change(None, show_rejected, None, js=SHOW_REJECTED)
     return info, progress, gr.Timer(0.5)
+
+
+def _notebooks() -> str:
+    rows = [f"* [`{name}.ipynb`](/gradio_api/file={NOTEBOOKS / (name + '.ipynb')}) — {line}"
+            for name, line in NOTEBOOK_LINES.items()]
+    return ("Open them with `make notebooks` (Jupyter, in this checkout) or download one here; each imports this "
+            "engine and runs top to bottom.\n\n" + "\n".join(rows))
 
 
 def _settings() -> dict:
@@ -102,27 +180,48 @@ def _settings() -> dict:
         form[name] = gr.Number(d[name], label=FIELD_LABELS[name], info=HINTS[name])
     gr.Examples(EXAMPLES, [form["prompt"], form["drafter"]], label="Example prompts")
     assert tuple(form) == FORM
+    for name, component in form.items():  # a fixed value loses its red message at once
+        component.input(partial(_hint, name), None, component, show_progress="hidden", queue=False)
     return form
 
 
-def _step_tab(loader, session, form) -> list:
+def _hint(name: str):
+    return gr.update(info=HINTS.get(name), elem_classes=[])
+
+
+def _step_tab(loader, session, form, sidebar) -> list:
     with gr.Tab("Step through"):
+        with gr.Column(elem_classes=["spec-controls"], elem_id="step-controls"):
+            with gr.Row():
+                buttons = {a: gr.Button(label, min_width=80, size="md", scale=scale, elem_classes=["step-b"])
+                           for a, label, scale in (("draft", "Draft", 2), ("verify", "Verify", 2),
+                                                   ("accept", "Accept/reject", 3), ("commit", "Commit and roll back", 4))}
+                buttons["step"] = gr.Button("Step round", variant="primary", min_width=80, size="md", scale=3,
+                                            elem_classes=["step-b"])
+                buttons["reset"] = gr.Button("Reset", min_width=80, size="md", scale=2, elem_classes=["step-b"])
+            view = {"status": gr.Markdown("Press **Draft** to propose K tokens, then **Verify**, **Accept/reject** "
+                                          "and **Commit and roll back**; or **Step round** for a whole round.")}
+            alert = gr.Markdown(elem_classes=["spec-alert"])
+        view["banner"] = gr.Markdown()
         with gr.Row():
-            buttons = {a: gr.Button(label, min_width=90) for a, label in (("draft", "Draft"), ("verify", "Verify"),
-                                                                          ("next", "Next round"))}
-            buttons["step"] = gr.Button("Step round", variant="primary", min_width=90)
-            buttons["reset"] = gr.Button("Reset", min_width=90)
-        view = {"status": gr.Markdown("Press **Draft** to propose K tokens, or **Step round** for a whole round."),
-                "banner": gr.Markdown(), "explain": gr.Markdown()}
-        with gr.Row():
-            view["dist"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
-            view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
-        view["table"] = gr.Dataframe(label="Drafted tokens", interactive=False, visible=False, wrap=True)
-        view["cache"] = gr.Markdown()
+            with gr.Column(min_width=320):
+                view["explain"] = gr.Markdown()
+                view["table"] = gr.HTML()
+                view["cache"] = gr.Markdown()
+            with gr.Column(min_width=320):
+                view["dist"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+                view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
         view["text"], view["plain"] = _text_views("step")
-    outputs, show = _view_outputs(StepView, view, form)
+        with gr.Accordion("Losslessness, seen: run the rule 10,000 times on this round", open=False):
+            sample_b = gr.Button("Sample 10,000 times", size="sm")
+            sample = {"summary": gr.Markdown("After **Accept/reject**, this runs the rule (no model) 10,000 times on "
+                                             "the position that decided the round."),
+                      "histogram": gr.Plot(visible=False, show_label=False)}
+    outputs, show = _view_outputs(StepView, view, form, alert, sidebar)
     for action, button in buttons.items():
         button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs)
+    sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
+    sample_b.click(lambda s: sample_show(h.sample(s)), session, sample_outputs)
     return list(buttons.values())
 
 
@@ -137,14 +236,16 @@ def _text_views(prefix: str) -> tuple:
     return text, plain
 
 
-def _run_tab(loader, session, form) -> list:
+def _run_tab(loader, session, form, sidebar) -> list:
     with gr.Tab("Run"):
         with gr.Row():
             run_b = gr.Button("Run", variant="primary", min_width=90)
             stop_b = gr.Button("Stop run", variant="stop", min_width=90)
             download = gr.DownloadButton("Download trace (JSON)", interactive=False, min_width=90)
         view = {"status": gr.Markdown("Press **Run** to generate, round by round."), "download": download}
+        alert = gr.Markdown(elem_classes=["spec-alert"])
         view["text"], view["plain"] = _text_views("run")
+        view["live"] = gr.HTML()
         view["stats"] = gr.Markdown()
         with gr.Row():
             view["timing"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
@@ -152,21 +253,25 @@ def _run_tab(loader, session, form) -> list:
         with gr.Row():
             view["acceptance"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
             view["tokens"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
-        upload = gr.File(label=FIELD_LABELS["upload"] + " (no models needed)", file_types=[".json"], height=110)
+        # any file type: the handler says what is wrong with one that is not a trace
+        upload = gr.File(label=FIELD_LABELS["upload"] + " (no models needed)", height=110)
         upload_message = gr.Markdown()
-    outputs, show = _view_outputs(RunView, view, form, upload_message)
-    run_b.click(_streaming(show, partial(h.run, loader)), [session, *form.values()], outputs)
+    outputs, show = _view_outputs(RunView, view, form, alert, sidebar, upload_message)
+    run_b.click(_streaming(show, partial(h.run, loader)), [session, *form.values()], outputs, show_progress="hidden")
     stop_b.click(h.stop, session, view["status"])
     upload.upload(lambda s, path: show(h.replay(s, path)), [session, upload], outputs)
     return [run_b]
 
 
-def _compare_tab(loader, session, form) -> list:
+def _compare_tab(loader, session, form, sidebar) -> list:
     with gr.Tab("Compare"):
         with gr.Row():
+            runs = gr.Number(1, label=FIELD_LABELS["runs"], info=HINTS["runs"], min_width=120)
             compare_b = gr.Button("Run both", variant="primary", min_width=90)
             stop_b = gr.Button("Stop comparison", variant="stop", min_width=90)
-        view = {"badge": gr.Markdown("Runs verifier-only and speculative decoding on the same settings.")}
+        view = {"badge": gr.Markdown("Runs verifier-only and speculative decoding on the same settings, round for "
+                                     "round in turn.")}
+        alert = gr.Markdown(elem_classes=["spec-alert"])
         with gr.Row():
             with gr.Column(min_width=300):
                 gr.Markdown("### Verifier only")
@@ -176,51 +281,88 @@ def _compare_tab(loader, session, form) -> list:
                 gr.Markdown("### Speculative")
                 view["spec_stats"] = gr.Markdown()
                 view["spec_text"] = gr.HTML(plain_html(""), elem_id="speculative-text")
+        view["live"] = gr.HTML()
         view["race"] = gr.Plot(visible=False, show_label=False)
-    outputs, show = _view_outputs(CompareView, view, form)
-    compare_b.click(_streaming(show, partial(h.compare, loader)), [session, *form.values()], outputs)
+        with gr.Row():
+            view["why"] = gr.Markdown()
+            view["why_chart"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+    fields_ = {**form, "runs": runs}
+    outputs, show = _view_outputs(CompareView, view, fields_, alert, sidebar)
+
+    def listener(session_, *values):
+        *form_values, n = values
+        for i, result in enumerate(h.compare(loader, session_, dict(zip(FORM, form_values)), n)):
+            yield show(result, first=i == 0)
+    compare_b.click(listener, [session, *form.values(), runs], outputs)
+    runs.input(partial(_hint, "runs"), None, runs, show_progress="hidden", queue=False)
     stop_b.click(h.stop, session, view["badge"])
     return [compare_b]
 
 
-def _view_outputs(record, components: dict, form: dict, upload_message=None):
+def _view_outputs(record, components: dict, form: dict, alert, sidebar, upload_message=None):
     """The components of a view record in field order, then the form fields (whose hint lines carry
-    messages) and the upload message; and the function that turns a handler's result into values."""
+    messages), the alert, the sidebar and the upload message; and the function that turns a
+    handler's result into their values."""
     names = [f.name for f in fields(record)]
     assert set(components) == set(names), f"{record.__name__}: components {sorted(components)} != fields {names}"
-    extra = [upload_message] if upload_message is not None else []
+    extra = [c for c in (alert, sidebar, upload_message) if c is not None]
     outputs = [components[n] for n in names] + list(form.values()) + extra
+    skip = [gr.skip()] * len(names)
 
     def hints(bad: str | None = None, message: str = "") -> list:
-        return [gr.update(info=message if name == bad else HINTS[name],
+        return [gr.update(info=message if name == bad else HINTS.get(name),
                           elem_classes=["field-error"] if name == bad else []) for name in form]
 
-    def show(result):
-        if result is None:
-            return [gr.skip()] * len(outputs)
-        if isinstance(result, Problem):
-            gr.Warning(result.message)
-            if result.field == "upload" and extra:
-                return [gr.skip()] * (len(names) + len(form)) + [f"**Could not replay:** {result.message}"]
-            if result.field in form:
-                return [gr.skip()] * len(names) + hints(result.field, result.message) + [gr.skip()] * len(extra)
-            return [gr.skip()] * (len(names) + len(form)) + [gr.skip()] * len(extra)
+    def tail(alert_text=None, open_sidebar=False, upload_text=None) -> list:
+        out = []
+        if alert is not None:
+            out.append(gr.skip() if alert_text is None else alert_text)
+        if sidebar is not None:
+            out.append(gr.Sidebar(open=True) if open_sidebar else gr.skip())
+        if upload_message is not None:
+            out.append(gr.skip() if upload_text is None else upload_text)
+        return out
+
+    def values_of(result) -> list:
         values = []
         for name in names:
             value, component = getattr(result, name), components[name]
-            if isinstance(component, (gr.Plot, gr.Dataframe)):  # no empty boxes before there is data
+            if isinstance(value, str) and value == UNCHANGED:
+                value = gr.skip()
+            elif isinstance(component, gr.Plot):  # no empty boxes before there is data
                 value = gr.update(value=value, visible=value is not None)
             elif name == "download":
                 value = gr.update(value=value, interactive=value is not None)
             values.append(value)
-        return values + hints() + [""] * len(extra)
+        return values
+
+    def show(result, first: bool = True):
+        """``first``: the first result of an event, which clears the messages of an earlier one;
+        the later ones of a stream leave the form alone (re-rendering it costs the browser)."""
+        if result is None:
+            return [gr.skip()] * len(outputs)
+        if isinstance(result, Problem):
+            gr.Warning(result.message)
+            if result.field == "upload" and upload_message is not None:
+                return skip + [gr.skip()] * len(form) + tail(upload_text=f"**Could not replay:** {result.message}")
+            if result.field in form:
+                where = "" if result.field == "runs" else " (the field is in the Settings sidebar)"
+                return skip + hints(result.field, result.message) + tail(f"⚠ {result.message}{where}", True)
+            return skip + [gr.skip()] * len(form) + tail(f"⚠ {result.message}")
+        if isinstance(result, Replayed):
+            restored = [gr.update(value=result.form[name], info=HINTS.get(name), elem_classes=[])
+                        if name in result.form else gr.skip() for name in form]
+            return values_of(result.view) + restored + tail("", upload_text="")
+        if not first:
+            return values_of(result) + [gr.skip()] * len(form) + tail()
+        return values_of(result) + hints() + tail("", upload_text="")
     return outputs, show
 
 
 def _streaming(show, handler):
     def listener(session, *values):
-        for result in handler(session, dict(zip(FORM, values))):
-            yield show(result)
+        for i, result in enumerate(handler(session, dict(zip(FORM, values)))):
+            yield show(result, first=i == 0)
     return listener
 
 
@@ -268,10 +410,21 @@ def _poll_loading(demo, loader: Loader, header: tuple, needs_models: list) -> No
                 *[gr.Button(interactive=loader.pair is not None) for _ in needs_models]]
 
     outputs = [progress, info, timer, *needs_models]
-    timer.tick(poll, None, outputs, show_progress="hidden")
-    demo.load(poll, None, outputs, show_progress="hidden")
+    # one poll at a time, answered in order: a late answer from before the models were ready must
+    # not disable the buttons again
+    once = dict(show_progress="hidden", concurrency_limit=1, concurrency_id="loading-poll", trigger_mode="once")
+    timer.tick(poll, None, outputs, **once)
+    demo.load(poll, None, outputs, **once)
+
+
+# Gradio's queue polls for work every 1 ms and for progress every 10 ms. Each wake-up takes the GIL
+# from the engine's thread and a slice of a core from its matmuls: on 2 cores that cost a run
+# several percent of its speed (benchmarks/app_overhead.py). 20 ms and 100 ms are still instant to a person.
+QUEUE_POLL_S, PROGRESS_POLL_S = 0.02, 0.1
 
 
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, **kwargs):
-    return demo.queue(default_concurrency_limit=8).launch(server_name=host, server_port=port, share=share,
-                                                           css=CSS, theme=THEME, **kwargs)
+    demo.queue(default_concurrency_limit=8)
+    demo._queue.sleep_when_free, demo._queue.progress_update_sleep_when_free = QUEUE_POLL_S, PROGRESS_POLL_S
+    return demo.launch(server_name=host, server_port=port, share=share, css=CSS, theme=THEME,
+                       allowed_paths=[str(NOTEBOOKS)], **kwargs)

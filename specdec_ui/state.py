@@ -1,4 +1,5 @@
-"""State of the app: the shared model loader, the settings form, a browser session, the step-through.
+"""State of the app: the shared model loader, the settings form, a browser session, the step-through,
+and the worker thread that drives a run while the page follows it.
 
 No gradio here: the tier-1 tests drive all of it directly with tiny models.
 """
@@ -7,18 +8,23 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
-from specdec import ConfigError, DecodeConfig, Generation, ModelChoice, ModelLoadError, RoundTrace, RunSettings
+from specdec import (ConfigError, DecodeConfig, Generation, ModelChoice, ModelLoadError, NumericalError, RoundTrace,
+                     RunSettings, TraceFile)
 from specdec.config import SamplingConfig
+from specdec.render import PHASES_OF_A_ROUND
 
 # The settings form, in the order the layout shows it; the handlers receive a dict keyed by these.
-FORM = ("prompt", "drafter", "k", "confidence", "temperature", "top_k", "top_p", "seed", "max_new_tokens")
+FORM = ("prompt", "drafter", "k", "confidence", "draft_noise", "temperature", "top_k", "top_p", "seed",
+        "max_new_tokens")
 # The words on the screen for each field (and the upload box); messages use them, never the code names.
 FIELD_LABELS = {"prompt": "Prompt", "drafter": "Drafter", "k": "K (drafted tokens per round)",
-          "confidence": "Draft confidence (0 = always K)", "temperature": "Temperature (0 = greedy)",
-          "top_k": "Top-k (0 = off)", "top_p": "Top-p", "seed": "Seed", "max_new_tokens": "Max new tokens",
-          "upload": "Replay a downloaded trace"}
-INTEGER_FIELDS = ("k", "top_k", "seed", "max_new_tokens")
+                "confidence": "Draft confidence (0 = always K)", "draft_noise": "Draft noise e (0 = as it is)",
+                "temperature": "Temperature (0 = greedy)", "top_k": "Top-k (0 = off)", "top_p": "Top-p",
+                "seed": "Seed", "max_new_tokens": "Max new tokens", "upload": "Replay a downloaded trace",
+                "runs": "Runs"}
+INTEGER_FIELDS = ("k", "top_k", "seed", "max_new_tokens", "runs")
 # The app's models are shared by every browser session: a prompt may hold this many tokens, well
 # under the 32k context, so that no one prompt's prefill holds the models for minutes. The CLI
 # takes prompts up to the model's context.
@@ -28,8 +34,16 @@ APP_PROMPT_TOKENS = 2048
 def form_defaults() -> dict:
     """The form's initial values: the engine's defaults, declared once in specdec.config."""
     d = DecodeConfig()
-    return {"prompt": "", "drafter": "model", "k": d.k, "confidence": d.confidence,
+    return {"prompt": "", "drafter": "model", "k": d.k, "confidence": d.confidence, "draft_noise": d.draft_noise,
             "temperature": d.sampling.temperature, "top_k": d.sampling.top_k, "top_p": d.sampling.top_p,
+            "seed": d.seed, "max_new_tokens": d.max_new_tokens}
+
+
+def form_values(settings: RunSettings) -> dict:
+    """The form's values for a settings record (a replayed trace restores them)."""
+    d, s = settings.decode, settings.decode.sampling
+    return {"prompt": settings.prompt, "drafter": settings.drafter, "k": d.k, "confidence": d.confidence,
+            "draft_noise": d.draft_noise, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
             "seed": d.seed, "max_new_tokens": d.max_new_tokens}
 
 
@@ -45,13 +59,17 @@ def _whole_numbers(form: dict) -> dict:
     return out
 
 
-def parse_form(form: dict, pair) -> RunSettings:
-    """The form's values as the run's settings record; ConfigError names the first bad field."""
+def parse_form(form: dict, pair=None) -> RunSettings:
+    """The form's values as the run's settings record; ConfigError names the first bad field.
+    Without a pair (a replay needs no models) the prompt's length in tokens is not checked."""
     form = _whole_numbers(form)
     sampling = SamplingConfig(form["temperature"], form["top_k"], form["top_p"])
     decode = DecodeConfig(max_new_tokens=form["max_new_tokens"], k=form["k"], confidence=form["confidence"],
-                          seed=form["seed"], sampling=sampling)
-    settings = RunSettings(form["prompt"], form["drafter"], decode, ModelChoice.of(pair))
+                          seed=form["seed"], sampling=sampling, draft_noise=form["draft_noise"])
+    settings = RunSettings(form["prompt"], form["drafter"], decode,
+                           ModelChoice.of(pair) if pair is not None else ModelChoice())
+    if pair is None:
+        return settings
     n = len(pair.encode(settings.prompt))
     if n > APP_PROMPT_TOKENS:
         raise ConfigError(f"prompt must be at most {APP_PROMPT_TOKENS} tokens in the app, which shares its models "
@@ -98,14 +116,56 @@ class Loader:
             self.error = str(e)
 
 
+class Worker:
+    """Runs ``work`` in a thread of its own, so that building and sending the page never sits
+    between two rounds of the engine: the page follows the run at its own pace."""
+
+    def __init__(self, work: Callable[[], None]):
+        self.error: Exception | None = None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(work,), name="specdec-run", daemon=True).start()
+
+    def _run(self, work) -> None:
+        try:
+            work()
+        except NumericalError as e:  # a model's problem, reported on the page like a bad setting
+            self.error = e
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once the work has ended; waits at most ``timeout`` seconds for it."""
+        return self._done.wait(timeout)
+
+
+class Replay:
+    """A downloaded trace as a source of rounds for the step-through, like a Generation."""
+
+    def __init__(self, trace: TraceFile):
+        self.trace, self.rounds, self._next = trace, [], 0
+        self.stop_reason: str | None = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> RoundTrace:
+        if self._next == len(self.trace.rounds):
+            self.stop_reason = self.trace.stop_reason or "end of the trace"
+            raise StopIteration
+        r = self.trace.rounds[self._next]
+        self._next += 1
+        self.rounds.append(r)
+        return r
+
+
 @dataclass(frozen=True)
 class Walkthrough:
-    """The step tab: the rounds committed so far, the round on show and how much of it is revealed.
+    """The step tab: the rounds committed so far, the round on show and how far it is revealed.
 
-    The engine computes a round in one go; the walkthrough reveals it phase by phase. ``phase``:
-    ``none`` (nothing on show), ``draft`` and ``verify`` (a round on show, not yet committed),
-    ``commit`` (the round on show is the last committed one). Pure: ``press`` returns a new
-    walkthrough and a notice; the caller pulls a new round from the engine first when
+    The engine computes a round in one go; the walkthrough reveals it phase by phase:
+    ``draft``, ``verify``, ``accept`` (a round on show, not yet committed) and ``commit`` (the
+    round on show is the last committed one); ``none`` before the first. Pure: ``press``
+    returns a new walkthrough and a notice; the caller pulls a new round first when
     ``needs_round`` says so.
     """
 
@@ -113,48 +173,47 @@ class Walkthrough:
     shown: RoundTrace | None = None
     phase: str = "none"
 
-    ACTIONS = ("draft", "verify", "next", "step", "reset")
+    ACTIONS = PHASES_OF_A_ROUND + ("step", "reset")
+    NAMES = {"draft": "Draft", "verify": "Verify", "accept": "Accept/reject", "commit": "Commit and roll back"}
 
     @property
     def pending(self) -> bool:
         """A round is on show but not committed."""
-        return self.phase in ("draft", "verify")
+        return self.phase in PHASES_OF_A_ROUND[:-1]
 
     def needs_round(self, action: str) -> bool:
-        return action == "next" or (not self.pending and action in ("draft", "verify", "step"))
+        return not self.pending and action not in ("reset",)
 
     def press(self, action: str, new_round: RoundTrace | None = None, finished: str | None = None
               ) -> tuple[Walkthrough, str]:
         """``new_round``: the round pulled for this action (None when the generation has ended,
-        ``finished`` then says why)."""
+        ``finished`` then says why). ``step`` reveals the rest of the round, or a whole new one."""
         if action == "reset":
             return Walkthrough(), "Reset: press Draft or Step round to begin."
-        if self.pending and action == "step":
-            return replace(self, rounds=self.rounds + (self.shown,), phase="commit"), ""
-        if self.pending and action == "verify":
-            return replace(self, phase="verify"), ""
-        if self.pending and action == "draft":
-            return self, "This round is already drafted: press Verify, Next round or Step round. "
-        walk, notice = self, ""
-        if self.pending:  # next: commit the round on show, then draft the next one
-            walk = Walkthrough(self.rounds + (self.shown,))
-            notice = f"Round {self.shown.index + 1} committed. "
+        target = "commit" if action == "step" else action
+        order = PHASES_OF_A_ROUND.index
+        if self.pending:
+            if order(target) <= order(self.phase):
+                following = self.NAMES[PHASES_OF_A_ROUND[order(self.phase) + 1]]
+                return self, f"This round is already past {self.NAMES[target]}: press {following} next. "
+            committed = self.rounds + ((self.shown,) if target == "commit" else ())
+            return replace(self, rounds=committed, phase=target), ""
         if new_round is None:
-            return Walkthrough(walk.rounds), notice + f"The generation has finished ({finished}). Press Reset."
-        phase = {"draft": "draft", "next": "draft", "verify": "verify", "step": "commit"}[action]
-        return Walkthrough(walk.rounds + ((new_round,) if phase == "commit" else ()), new_round, phase), notice
+            return Walkthrough(self.rounds), f"The generation has finished ({finished}). Press Reset."
+        return Walkthrough(self.rounds + ((new_round,) if target == "commit" else ()), new_round, target), ""
 
 
 @dataclass
 class Session:
-    """One browser session: the step-through generation, the last run's tokens, stop and busy flags."""
+    """One browser session: the step-through's source of rounds (a generation, or a replayed
+    trace), the last run's tokens, what is running and whether it was asked to stop."""
 
     settings: RunSettings | None = None
-    gen: Generation | None = None
+    gen: Generation | Replay | None = None
     walk: Walkthrough = Walkthrough()
-    run_segments: list = field(default_factory=list)
-    running: list = field(default_factory=list)  # the generations a run or comparison is streaming
+    replay: TraceFile | None = None   # an uploaded trace, stepped through while the form matches it
+    running: list = field(default_factory=list)  # the generations a run or comparison is driving
     stop: bool = False                # asked to stop them
 
-    def restart(self, settings: RunSettings, gen: Generation) -> None:
+    def restart(self, settings: RunSettings, gen: Generation | Replay) -> None:
         self.settings, self.gen, self.walk = settings, gen, Walkthrough()

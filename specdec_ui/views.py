@@ -3,19 +3,21 @@
 Each record's fields are the components of its tab, by name: the layout builds one component per
 field and shows a record by its fields, so a view and its page cannot drift apart. A handler
 returns a record, or a :class:`Problem` when a setting is wrong, in which case the page keeps
-everything it shows and the message appears at the field concerned.
+everything it shows and the message appears at the field concerned. A chart field may hold
+:data:`UNCHANGED`: the page keeps the chart it shows (a run redraws its charts less often than
+its text, so the browser's drawing does not compete with the engine).
 """
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-import pandas as pd
-
-from specdec.render import (ROW_HEADERS, Segment, cache_text, explain, output_text, position_rows, round_stats,
-                            segment_detail, segments)
+from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, draft_stop_text, explain, output_text,
+                            position_rows, round_stats, segment_detail, segments)
+from specdec.theory import decode_tokens_per_s
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, RoundTrace, RunSummary, summarize
 
 from . import charts
@@ -24,6 +26,9 @@ from .state import Walkthrough
 # What each kind of token is called on the page; the CSS gives each a colour *and* a second cue.
 KIND_NAMES = {ACCEPTED: "accepted draft", REJECTED: "rejected draft (not output)", RESAMPLED: "resampled",
               BONUS: "bonus", PLAIN: "verifier only"}
+UNCHANGED = "unchanged"  # a field's value when the page should keep what it shows
+VARIES = ("A time is one measurement: the same run can vary by tens of percent from run to run, more on a busy "
+          "machine. The Compare tab repeats runs and shows the spread.")
 
 
 @dataclass(frozen=True)
@@ -39,18 +44,27 @@ class StepView:
     status: str
     banner: str           # the temperature-0 caveat, or ""
     explain: str
+    table: str            # HTML: the drafted tokens, as far as the phase has revealed them
     dist: Any             # plotly Figure, or None (hidden)
     ratio: Any
-    table: Any            # pandas Styler / DataFrame of the drafted tokens, or None
     cache: str
     text: str             # HTML: the committed text, colour-coded
     plain: str            # HTML: the same text, plain, whitespace made visible
 
 
 @dataclass(frozen=True)
+class SampleView:
+    """The rule run 10,000 times on one position of the round on show."""
+
+    summary: str
+    histogram: Any
+
+
+@dataclass(frozen=True)
 class RunView:
     status: str
     text: str
+    live: str             # HTML: the live charts while the run goes; "" once the interactive ones are drawn
     plain: str
     stats: str
     ratio: Any
@@ -67,30 +81,54 @@ class CompareView:
     spec_stats: str
     base_text: str
     spec_text: str
+    live: str             # HTML: the race while it goes; "" once the interactive chart is drawn
     race: Any
+    why: str
+    why_chart: Any
 
 
-def _whitespace(text: str) -> str:
+@dataclass(frozen=True)
+class Replayed:
+    """A trace file shown in the Run tab, and the settings it restores into the form."""
+
+    view: RunView
+    form: dict
+
+
+def _whitespace(text: str, keep: bool = True) -> str:
     """Escaped text whose spaces, tabs and newlines carry markers drawn by CSS (::before), so
-    the markers are seen but never copied."""
+    the markers are seen but never copied. ``keep`` False drops the whitespace itself and keeps
+    only its markers: a rejected draft then adds no line break or indentation to the text."""
     out = escape(text)
-    out = out.replace(" ", '<span class="sp"> </span>').replace("\t", '<span class="tab">\t</span>')
-    return out.replace("\n", '<span class="nl"></span>\n')
+    sp, tab, nl = (" ", "\t", "\n") if keep else ("", "", "")
+    out = out.replace(" ", f'<span class="sp">{sp}</span>').replace("\t", f'<span class="tab">{tab}</span>')
+    return out.replace("\n", f'<span class="nl"></span>{nl}')
 
 
-def token_html(segs: list[Segment]) -> str:
-    """The text as one element per token: its kind as a class (colour plus a second cue: rejected
-    drafts are struck through inside ``<del>``), its numbers on hover and keyboard focus, and
-    tokens made only of whitespace marked so they can be seen."""
+def _numbers(s: Segment) -> str:
+    """The segment's story, in words for a screen reader and for the focus box."""
+    return segment_detail(s)
+
+
+def token_html(segs: list[Segment], detail: bool = True) -> str:
+    """The text as one element per token: its kind as a class (colour plus a second cue), its
+    story in ``aria-label``, which screen readers read and which CSS draws as a box on hover and
+    on keyboard focus (one copy of the numbers per token keeps a long run's page light). A
+    rejected draft is a small raised chip inside ``<del>`` whose whitespace is drawn as markers
+    only, so the kept text keeps its exact layout; a checkbox above the text hides the chips.
+    ``detail`` False leaves out the stories (a run in progress: a quarter of the bytes to send
+    and lay out each second; the final view has them)."""
     if not segs:
         return '<div class="spec-tokens spec-empty">No tokens yet.</div>'
     out = []
     for s in segs:
-        tag = "del" if s.label == REJECTED else "span"
-        detail = escape(segment_detail(s).replace("**", ""), quote=True)
+        common = (f'class="tok tok-{s.label}" tabindex="0" aria-label="{escape(_numbers(s), quote=True)}"'
+                  if detail else f'class="tok tok-{s.label}"')
+        if s.label == REJECTED:
+            out.append(f"<del {common}>{_whitespace(s.text, keep=False)}</del>")
+            continue
         body = _whitespace(s.text) if not s.text.strip() else escape(s.text)
-        out.append(f'<{tag} class="tok tok-{s.label}" tabindex="0" title="{detail}" aria-label="{s.label}: '
-                   f'{escape(repr(s.text), quote=True)}">{body}</{tag}>')
+        out.append(f"<span {common}>{body}</span>")
     return '<div class="spec-tokens">' + "".join(out) + "</div>"
 
 
@@ -105,70 +143,109 @@ def legend_html() -> str:
     return f'<div class="spec-legend" role="note" aria-label="token kinds">Tokens: {items}</div>'
 
 
-GREEDY_BANNER = ("**Temperature 0: the rule has nothing to decide.** p and q are one-hot (all probability on the "
-                 "argmax), so p/q is exactly 1 (same argmax: kept) or 0 (different: rejected) and the draw u does "
-                 "not matter (greyed out). Set a temperature such as 0.8 to watch u, p/q and the residual at work.")
+def table_html(r: RoundTrace, phase: str) -> str:
+    """The drafted tokens as an accessible table with the columns ``phase`` has revealed."""
+    headers = ROW_HEADERS[:COLUMNS[phase]]
+    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in headers)
+    body = []
+    for row, pos in zip(position_rows(r, phase), r.positions):
+        cells = "".join(f'<td class="{"dash" if c == DASH else ""}">{escape(str(c))}</td>' for c in row[1:])
+        status = pos.status if COLUMNS[phase] > 5 else "pending"
+        body.append(f'<tr class="row-{status}"><th scope="row">{row[0]}</th>{cells}</tr>')
+    notes = ["q(x): the draft's probability of the token, the distribution it was sampled from",
+             "conf.: the draft's top probability before temperature, what the confidence test reads"]
+    if COLUMNS[phase] >= 5:
+        notes.append("p(x): the verifier's, from its one forward, each assuming the drafts before it are kept")
+    if COLUMNS[phase] > 5:
+        notes.append("u: the uniform draw; a draft is kept iff u ≤ p/q")
+        if any(not pos.tested for pos in r.positions):
+            notes.append("—: never tested, so no verdict numbers: its p assumed the drafts before it were kept, and "
+                         "one of them was not (or it came after a stop token)")
+    return (f'<div class="spec-table"><table aria-label="Drafted tokens"><caption>Drafted tokens, round '
+            f'{r.index + 1}</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+            f'<p class="spec-note">{escape("; ".join(notes))}.</p></div>')
 
 
-def _table(r: RoundTrace, verified: bool, greedy: bool):
-    df = pd.DataFrame(position_rows(r, verified), columns=ROW_HEADERS[:7 if verified else 3])
-    if verified and greedy:  # u is drawn but irrelevant at T = 0: grey it out
-        return df.style.set_properties(subset=["u"], **{"color": "#6b7280", "font-style": "italic"})
-    return df
+GREEDY_BANNER = ("**Temperature 0: the rule has nothing to decide.** p and q are one-hot, so p/q is 1 (same argmax: "
+                 "kept) or 0 (rejected) and the draw u does not matter. Set a temperature such as 0.8 to see u, p/q "
+                 "and the residual at work.")
 
 
-def step_view(walk: Walkthrough, drafter: str, greedy: bool, notice: str) -> StepView:
+def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
     """The round on show, revealed up to its phase, and the text committed so far."""
-    rounds = list(walk.rounds)
-    text, plain = token_html(segments(rounds)), plain_html(output_text(segments(rounds)))
+    drafter, greedy = settings.drafter, settings.decode.sampling.greedy
+    segs = segments(list(walk.rounds))
+    text, plain = token_html(segs), plain_html(output_text(segs))
     r = walk.shown
     banner = GREEDY_BANNER if greedy and drafter != "none" else ""
     if r is None:
-        return StepView(notice, banner, "", None, None, None, "", text, plain)
-    phases = {"draft": ("draft",), "verify": ("draft", "verify"), "commit": ("draft", "verify", "commit")}[walk.phase]
-    verified = "verify" in phases
-    where = {"draft": "drafted, not yet verified", "verify": "verified, not yet committed",
-             "commit": "drafted, verified and committed"}[walk.phase]
-    revealed = ("" if walk.phase == "commit" else " The engine computed this whole round when it was drafted; "
-                "this tab reveals it phase by phase, so the next step answers at once.")
+        return StepView(notice, banner, "", "", None, None, "", text, plain)
+    phase = walk.phase
+    where = {"draft": "drafted", "verify": "drafted and verified", "accept": "drafted, verified and decided",
+             "commit": "drafted, verified, decided and committed"}[phase]
+    upcoming = {"draft": "Verify", "verify": "Accept/reject", "accept": "Commit and roll back"}.get(phase)
+    nxt = f" Next: **{upcoming}**." if upcoming else " Next: **Draft** (or **Step round**) for the next round."
+    paragraph = explain(r, phase, drafter, greedy)
+    if phase == "draft" and r.positions:
+        paragraph += " " + draft_stop_text(r, settings.decode.k, settings.decode.confidence)
+    decided = phase in ("accept", "commit")
     return StepView(
-        status=f"{notice}Round {r.index + 1}: {where}.{revealed}", banner=banner,
-        explain="\n\n".join(explain(r, ph, drafter, greedy) for ph in phases),
-        dist=charts.distribution_figure(r) if verified else None,
-        ratio=charts.ratio_figure([r]) if verified and r.positions else None,
-        table=_table(r, verified, greedy) if r.positions else None,
-        cache=cache_text(r) if verified else "", text=text, plain=plain)
+        status=f"{notice}Round {r.index + 1}: {where}.{nxt}", banner=banner, explain=paragraph,
+        table=table_html(r, phase) if r.positions else "",
+        dist=charts.distribution_figure(r) if decided else None,
+        ratio=charts.ratio_figure([r]) if decided and r.positions else None,
+        cache=cache_text(r, phase), text=text, plain=plain)
 
 
 def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: str | None = None,
-             waited_s: float = 0.0) -> RunView:
+             waited_s: float = 0.0, final: bool = True) -> RunView:
+    """The run so far. While it goes (``final`` False) the page gets the status, the coloured text
+    and the two live charts in HTML, and keeps the rest it shows; at the end, everything, with the
+    interactive charts."""
     segs = segments(rounds)
-    some = bool(rounds)
-    return RunView(status=status, text=token_html(segs), plain=plain_html(output_text(segs)),
-                   stats=summary_markdown(summarize(rounds, prefill_s), rounds, waited_s) if some else "",
-                   ratio=charts.ratio_figure(rounds) if any(r.positions for r in rounds) else None,
-                   timing=charts.timing_figure(rounds) if some else None,
-                   acceptance=charts.acceptance_figure(rounds) if any(r.positions for r in rounds) else None,
-                   tokens=charts.tokens_per_round_figure(rounds) if any(r.positions for r in rounds) else None,
-                   download=download)
+    some, drafted = bool(rounds), any(r.positions for r in rounds)
+
+    def last(make, needed: bool):
+        return (make() if needed else None) if final else UNCHANGED
+    return RunView(status=status, text=token_html(segs, detail=final), live="" if final else charts.live_html(rounds),
+                   plain=last(lambda: plain_html(output_text(segs)), True),
+                   stats=last(lambda: summary_markdown(summarize(rounds, prefill_s), rounds, waited_s), some) or "",
+                   ratio=last(lambda: charts.ratio_figure(rounds), drafted),
+                   timing=last(lambda: charts.timing_figure(rounds), some),
+                   acceptance=last(lambda: charts.acceptance_figure(rounds), drafted),
+                   tokens=last(lambda: charts.tokens_per_round_figure(rounds), drafted), download=download)
+
+
+def round_spread(rounds: list[RoundTrace]) -> str:
+    """The middle half of the rounds' times, as a measure of how much one measurement moves."""
+    ms = sorted(1e3 * r.times.total for r in rounds)
+    if len(ms) < 4:
+        return ""
+    q = statistics.quantiles(ms, n=4)
+    return f"; rounds took {q[0]:.0f}–{q[2]:.0f} ms (the middle half), median {q[1]:.0f} ms"
 
 
 def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 0.0) -> str:
     """Every number with its definition, where it is shown."""
-    lines = [f"**{s.tokens_per_s:.2f} tok/s** = {s.new_tokens} tokens / {s.wall_s:.2f} s of this session's compute "
-             f"(prefill {s.prefill_s:.2f} s included"
-             + (f"; {waited_s:.1f} s waiting for other sessions' rounds excluded)" if waited_s >= 0.05 else ")"),
+    decode = s.wall_s - s.prefill_s
+    waited = f"; {waited_s:.1f} s waiting for other sessions' rounds excluded" if waited_s >= 0.05 else ""
+    lines = [f"**{decode_tokens_per_s(rounds):.2f} tok/s** decoding = {s.new_tokens} tokens / {decode:.2f} s of this "
+             f"session's compute for the rounds{round_spread(rounds)}{waited}",
+             f"**{s.tokens_per_s:.2f} tok/s** overall = {s.new_tokens} tokens / {s.wall_s:.2f} s, the prefill (reading "
+             f"the prompt, {s.prefill_s:.2f} s) included",
              f"**{s.rounds} rounds**, **{s.target_forwards} verifier passes** = one per round + one over the prompt "
              "(the prefill)"]
     if s.drafted:
         stats = round_stats(rounds)
-        tested = sum(r.n_accepted + (r.rejected_at is not None) for r in rounds)
+        tested = sum(r.tested for r in rounds)
         lines += [f"**acceptance {s.acceptance_rate:.0%}** = drafts kept / drafted = {s.accepted} / {s.drafted}",
                   f"**a = {stats.running_a[-1]:.2f}** = drafts kept / tested = {s.accepted} / {tested} (a draft after "
                   "a rejection is never tested; this is the a of the theory curve)",
                   f"**{s.mean_tokens_per_round:.2f} tokens per round** = {s.new_tokens} tokens / {s.rounds} rounds "
-                  "(kept drafts, plus the resampled or bonus token)"]
-    return "\n".join(f"* {line}" for line in lines)
+                  "(kept drafts, plus the resampled or bonus token)",
+                  f"**{s.drafted / s.rounds:.2f} drafted per round** on average (adaptive drafting stops early; "
+                  "the theory curve uses these lengths)"]
+    return "\n".join(f"* {line}" for line in lines) + f"\n\n*{VARIES}*"
 
 
 def field_message(problem: Problem, labels: dict[str, str], value=None) -> str:
@@ -183,3 +260,85 @@ def field_message(problem: Problem, labels: dict[str, str], value=None) -> str:
             return f"{labels[field]} is empty: enter {allowed}."
         return labels[field] + rest + "."
     return msg
+
+
+def _median_range(xs: list[float], fmt: str, unit: str) -> str:
+    """One measurement, or the median of several with their range: the spread is part of the figure."""
+    if len(xs) == 1:
+        return f"**{format(xs[0], fmt)}{unit}**"
+    return (f"**{format(statistics.median(xs), fmt)}{unit}** (median of {len(xs)} runs; range "
+            f"{format(min(xs), fmt)}–{format(max(xs), fmt)}{unit})")
+
+
+def _side_stats(gens: list, spec: bool) -> str:
+    """One side of the comparison: its decode speed over the runs so far, then the latest run's figures."""
+    done = [g for g in gens if g.rounds]
+    if not done:
+        return ""
+    g = done[-1]
+    s = g.summary()
+    speeds = [decode_tokens_per_s(x.rounds) for x in done]
+    lines = [f"{_median_range(speeds, '.2f', ' tok/s')} decoding = tokens / the rounds' compute (the prefill "
+             "excluded)",
+             f"latest run: {s.new_tokens} tokens in {s.wall_s - s.prefill_s:.2f} s of rounds, prefill "
+             f"{s.prefill_s:.2f} s, **{s.target_forwards} verifier passes** (one per round + the prefill)"]
+    if spec and s.drafted:
+        lines.append(f"acceptance {s.acceptance_rate:.0%} = kept / drafted; {s.mean_tokens_per_round:.2f} tokens per "
+                     "round")
+    return "\n".join(f"* {line}" for line in lines)
+
+
+def why_markdown(m) -> str:
+    """The measured costs behind the speed-up, in the words of the theory chart next to it."""
+    best = m.best_k(32)
+    return (f"**Why {m.measured:.2f}x?** Measured here: a drafted token costs **c = {m.c:.2f}** of a verifier-only "
+            f"step ({1e3 * m.draft_per_token:.0f} ms against {1e3 * m.t1:.0f} ms); a verification of K+1 positions "
+            f"costs **v(K) = {m.v(round(m.k_mean)):.2f}** steps at the K drafted (the line {1e3 * m.alpha:.0f} + "
+            f"{1e3 * m.beta:.1f}·(K+1) ms, fitted to every round's verification); the verifier kept **a = {m.a:.2f}** "
+            f"of the drafts it tested, with **K = {m.k_mean:.1f}** drafted per round on average. The theory "
+            f"S(K) = (1 − a^(K+1)) / ((1 − a)(K·c + v(K))) predicts **{m.speedup(max(1, round(m.k_mean))):.2f}x** at "
+            f"K = {max(1, round(m.k_mean))} and is best at **K = {best}** ({m.speedup(best):.2f}x). A cheaper draft "
+            "(smaller c) or a more faithful one (larger a) moves the whole curve up; code, which the draft predicts "
+            "well, gains more than prose.")
+
+
+def compare_view(pairs: list[dict], settings, finished: bool, final: bool = False) -> CompareView:
+    """Both sides over every pair of runs so far, and the texts of the latest pair. While the
+    runs go (``final`` False) the race is drawn in HTML; at the end, the interactive chart and why."""
+    from specdec.render import first_difference
+    from specdec.theory import cost_model
+    greedy = settings.decode.sampling.greedy
+    started = [p for p in pairs if p["verifier only"].rounds or p["speculative"].rounds] or pairs[:1]
+    base, spec = started[-1]["verifier only"], started[-1]["speculative"]
+    complete = [p for p in pairs if p["verifier only"].done and p["speculative"].done]
+    badge = "Running..." if not finished else ""
+    if finished and complete:
+        ups = [decode_tokens_per_s(p["speculative"].rounds) / decode_tokens_per_s(p["verifier only"].rounds)
+               for p in complete if p["verifier only"].rounds and p["speculative"].rounds]
+        badge = (f"**Speed-up** {_median_range(ups, '.2f', 'x')} = the verifier-only run's time per token / the "
+                 "speculative run's, over the rounds (each run's own compute; the prefill excluded). ")
+        if not greedy:
+            badge += ("Sampling (temperature > 0): the outputs differ by design, each a sample from the verifier's p; "
+                      "for equal work both runs of a pair generate exactly max-new-tokens tokens (a stop token does "
+                      "not end them).")
+        else:
+            diffs = [first_difference(p["verifier only"].token_ids, p["speculative"].token_ids) for p in complete]
+            diff = next((d for d in diffs if d is not None), None)
+            badge += ("✓ **Identical output**: speculative decoding reproduced the verifier's greedy tokens exactly."
+                      if diff is None else f"≠ **Outputs differ** from token {diff + 1} on. At temperature 0 this "
+                      "happens at a tie or near-tie of the verifier's top logits, where a forward over K+1 positions "
+                      "and a single-token one can round differently and pick different argmaxes.")
+        if len(ups) == 1:
+            badge += " One run: set Runs to 3 to see how much the figure moves from run to run."
+    why, why_chart, race = "", None, None
+    if final:
+        model = cost_model([r for p in started for r in p["verifier only"].rounds],
+                           [r for p in started for r in p["speculative"].rounds])
+        if model is not None and finished:
+            why, why_chart = why_markdown(model), charts.speedup_figure(model, settings.decode.k)
+        race = charts.race_figure([(f"{name}{f' (run {i + 1})' if len(pairs) > 1 else ''}", name, p[name].rounds)
+                                   for i, p in enumerate(started) for name in ("verifier only", "speculative")])
+    return CompareView(badge, _side_stats([p["verifier only"] for p in pairs], False),
+                       _side_stats([p["speculative"] for p in pairs], True), plain_html(base.text),
+                       plain_html(spec.text), "" if final else charts.race_html(base.rounds, spec.rounds),
+                       race if final else UNCHANGED, why if final else UNCHANGED, why_chart if final else UNCHANGED)

@@ -24,12 +24,20 @@ LAPTOP, PHONE = {"width": 1280, "height": 800}, {"width": 400, "height": 800}
 sync_api.expect.set_options(timeout=ROUND_S)
 expect = sync_api.expect
 
+# The WCAG contrast ratio of an element's text against the first opaque background behind it.
 CONTRAST = """e => {
-  const lum = c => { const [r, g, b] = c.match(/\\d+(\\.\\d+)?/g).slice(0, 3).map(Number).map(v => {
+  const rgb = c => c.match(/[\\d.]+/g).map(Number);
+  const lum = c => { const [r, g, b] = rgb(c).slice(0, 3).map(v => {
     v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
     return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
-  const s = getComputedStyle(e); const a = lum(s.color), b = lum(s.backgroundColor);
+  let bg = 'rgb(255, 255, 255)';
+  for (let n = e; n; n = n.parentElement) {
+    const c = getComputedStyle(n).backgroundColor, v = rgb(c);
+    if (v.length < 4 || v[3] > 0.9) { bg = c; break; } }
+  const a = lum(getComputedStyle(e).color), b = lum(bg);
   return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }"""
+# What a token shows on focus: the CSS box drawn from its aria-label.
+FOCUS_BOX = "e => getComputedStyle(e, '::after').content"
 
 
 def _free_port() -> int:
@@ -91,9 +99,16 @@ def visible_plots(pg) -> int:
     return sum(p.is_visible() for p in pg.locator(".js-plotly-plot").all())
 
 
-def test_a_fresh_page_is_truthful_and_shows_results_above_the_fold(page, artifacts):
+def status(pg, text) -> sync_api.Locator:
+    """The step-through's status line (its bold words are markup, so match the text loosely)."""
+    return pg.get_by_text(re.compile(re.escape(text)))
+
+
+def test_a_fresh_page_is_truthful_and_results_sit_by_the_controls(page, artifacts):
     assert visible_plots(page) == 0                               # no empty plot boxes before there is data
     expect(page.get_by_text("Temperature 0: the rule has nothing to decide.")).to_have_count(0)
+    hint = page.get_by_text("most tokens the draft proposes per round, 1 to 32")
+    assert hint.evaluate(CONTRAST) >= 4.5                         # field hints are readable
     page.get_by_role("tab", name="Run").click()
     expect(page.get_by_role("button", name="Download trace (JSON)")).to_be_disabled()
     page.get_by_role("button", name="Stop run").click()           # nothing runs: the page says so
@@ -101,11 +116,13 @@ def test_a_fresh_page_is_truthful_and_shows_results_above_the_fold(page, artifac
     page.get_by_role("tab", name="Step through").click()
     fill(page, k=3)
     page.get_by_role("button", name="Step round").click()
-    expect(page.get_by_text("Round 1: drafted, verified and committed.")).to_be_visible()
+    expect(status(page, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
     expect(page.get_by_text("Temperature 0: the rule has nothing to decide.")).to_be_visible()
-    for what in (page.get_by_text("Round 1: drafted, verified and committed."), page.get_by_text("Draft.", exact=True)):
-        assert what.bounding_box()["y"] + what.bounding_box()["height"] <= LAPTOP["height"]
-    expect(page.get_by_text("Acceptance test per drafted token")).to_be_visible()  # the charts appear with data
+    commit = page.get_by_text("Commit and roll back.", exact=True)
+    for what in (status(page, "Round 1: drafted"), page.get_by_role("table", name="Drafted tokens"), commit):
+        box = what.bounding_box()
+        assert box["y"] + min(box["height"], 200) <= LAPTOP["height"], what  # readable without scrolling
+    expect(page.get_by_text("The test per drafted token")).to_be_visible()  # the charts appear with data
     assert visible_plots(page) == 2
     page.screenshot(path=artifacts / "app-step-1280x800.png")
     page.get_by_role("button", name="Reset", exact=True).click()
@@ -113,81 +130,137 @@ def test_a_fresh_page_is_truthful_and_shows_results_above_the_fold(page, artifac
     expect(page.get_by_text("No tokens yet.").first).to_be_visible()  # nothing stale is left
 
 
-def test_stepping_through_a_round_at_temperature_above_zero_shows_the_rule(page, artifacts):
+def test_the_keyboard_reaches_the_step_buttons_at_once(page):
+    page.keyboard.press("Tab")
+    skip = page.get_by_role("link", name="Skip to the step-through buttons")
+    expect(skip).to_be_focused()
+    page.keyboard.press("Enter")
+    for _ in range(3):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.innerText") == "Draft":
+            break
+    assert page.evaluate("document.activeElement.innerText") == "Draft"
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline == "solid"                                     # a visible focus ring on the buttons
+
+
+def test_stepping_phase_by_phase_at_temperature_above_zero(page, artifacts):
     fill(page, temperature=0.8, k=4)
+    table = page.get_by_role("table", name="Drafted tokens")
     page.get_by_role("button", name="Draft", exact=True).click()
-    expect(page.get_by_text(re.compile(r"Round 1: drafted, not yet verified\. The engine computed this whole round")
-                            )).to_be_visible()
-    table = page.get_by_role("grid", name="Drafted tokens")
+    expect(status(page, "Round 1: drafted. Next: Verify.")).to_be_visible()
     expect(table.get_by_role("row")).to_have_count(5)             # header + K = 4 proposals
+    expect(table.get_by_role("columnheader")).to_have_text(["#", "token", "q(x)", "conf."])
+    expect(page.get_by_text(re.compile("the verifier has not run yet"))).to_be_visible()
+    assert visible_plots(page) == 0
     page.get_by_role("button", name="Verify", exact=True).click()
-    expect(page.get_by_text("Round 1: verified, not yet committed.", exact=False)).to_be_visible()
-    expect(table.get_by_text(re.compile(r"^(accepted|rejected) \(u")).first).to_be_visible()
-    expect(page.get_by_text("Acceptance test per drafted token")).to_be_visible()
-    expect(page.get_by_text(re.compile(r"^(All 4 drafts kept|Position \d: drafted)"))).to_be_visible()
-    expect(page.get_by_text(re.compile("^Verifier KV cache: "))).to_be_visible()
-    expect(page.get_by_text("Temperature 0: the rule has nothing to decide.")).to_have_count(0)
-    page.screenshot(path=artifacts / "app-step-sampled.png", full_page=True)
-    page.get_by_label("K (drafted tokens per round)").fill("3")   # a change mid-round is announced, not silent
+    expect(status(page, "Round 1: drafted and verified. Next: Accept/reject.")).to_be_visible()
+    expect(table.get_by_role("columnheader")).to_have_count(5)    # p(x) now, no verdict yet
+    expect(page.get_by_text(re.compile(r"not rolled back yet"))).to_be_visible()
+    page.get_by_role("button", name="Accept/reject", exact=True).click()
+    expect(status(page, "Round 1: drafted, verified and decided. Next: Commit and roll back.")).to_be_visible()
+    expect(table.get_by_role("columnheader")).to_have_count(8)
+    expect(table.get_by_text(re.compile(r"^(kept|rejected) \(u")).first).to_be_visible()
+    expect(page.get_by_text("The test per drafted token")).to_be_visible()
+    expect(page.get_by_text("No tokens yet.").first).to_be_visible()  # decided, but nothing committed yet
+    page.screenshot(path=artifacts / "app-step-accept.png", full_page=True)
+    page.get_by_role("button", name="Commit and roll back", exact=True).click()
+    expect(page.get_by_text("Commit and roll back.", exact=True)).to_be_visible()
+    expect(page.get_by_text(re.compile(r"after the rollback\."))).to_be_visible()
+    assert tokens(page)
+    for n in range(2, 10):  # a round that left drafts untested: dashes and why, never numbers
+        if page.locator("tr.row-unreached").count():
+            break
+        page.get_by_role("button", name="Step round").click()
+        expect(status(page, f"Round {n}: drafted, verified, decided and committed.")).to_be_visible()
+    row = page.locator("tr.row-unreached").first
+    cells = row.locator("td").all_inner_texts()
+    assert cells[3:6] == ["—", "—", "—"] and cells[6].startswith("not tested: after the rejection")
+    page.get_by_text("Losslessness, seen: run the rule 10,000 times on this round").click()
+    page.get_by_role("button", name="Sample 10,000 times").click()
+    summary = page.get_by_text(re.compile(r"total variation from p = [\d.]+"))
+    expect(summary).to_be_visible()
+    tv = float(re.search(r"total variation from p = (\d+\.\d+)", summary.inner_text()).group(1))
+    bug = float(re.search(r"total variation = (\d+\.\d+)", page.get_by_text(
+        re.compile(r"The bug.*total variation = [\d.]+")).inner_text()).group(1))
+    assert tv < 0.02, tv
+    assert bug > 0.1, bug  # the deciding position is a rejection, where q over-proposed what the draft took
+    page.screenshot(path=artifacts / "app-step-sample.png", full_page=True)
+    page.get_by_label("K (drafted tokens per round)").fill("3")   # a change mid-run is announced, not silent
     page.get_by_role("button", name="Step round").click()
     expect(page.get_by_text(re.compile(r"K \(drafted tokens per round\) changed: the step-through restarted from "
-                                       r"the prompt \(1 round on show discarded\)"))).to_be_visible()
+                                       r"the prompt \(\d+ rounds? on show discarded\)"))).to_be_visible()
 
 
-def test_the_run_keeps_the_text_shape_marks_every_kind_twice_and_replays(page, artifacts, tmp_path):
+def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(page, artifacts, tmp_path):
     page.get_by_role("tab", name="Run").click()
-    fill(page, max_new_tokens=24)
-    page.get_by_role("button", name="Run", exact=True).click()
-    expect(page.get_by_text(re.compile(r"^Finished \("))).to_be_visible()
+    for seed in range(4):  # a run whose rejected drafts include a line break
+        fill(page, temperature=0.8, max_new_tokens=64)
+        page.get_by_label("Seed").fill(str(seed))
+        page.get_by_role("button", name="Run", exact=True).click()
+        expect(page.get_by_text(re.compile(r"^Finished \("))).to_be_visible()
+        if page.locator(".spec-tokens del.tok-rejected .nl").count():
+            break
+    chips = page.locator(".spec-tokens del.tok-rejected")
+    assert page.locator(".spec-tokens del.tok-rejected .nl").count(), "no rejected line break in 4 seeds"
+    assert all("\n" not in t for t in chips.all_inner_texts())   # a chip adds no line break
+    page.get_by_text("Plain text (whitespace shown as").filter(visible=True).first.click()
+    plain = page.locator("#run-plain pre").text_content()
+    page.get_by_label("show rejected drafts").uncheck()
+    assert page.locator(".spec-tokens").filter(visible=True).first.inner_text() == plain  # kept text = output
+    page.get_by_label("show rejected drafts").check()
     shown = tokens(page)
-    assert len(shown) >= 8
     styles = {t.get_attribute("class"): t.evaluate(
-        "e => { const s = getComputedStyle(e); return [s.backgroundColor, s.borderBottomStyle, s.textDecorationLine] }")
+        "e => { const s = getComputedStyle(e); return [s.backgroundColor, parseFloat(s.borderBottomWidth) ? "
+        "s.borderBottomStyle : 'none', s.textDecorationLine] }")
         for t in shown}
-    assert len({s[0] for s in styles.values()}) >= 2, "accepted drafts and at least one resampled or bonus token"
-    cues = {"tok tok-accepted": "solid", "tok tok-resampled": "dashed", "tok tok-bonus": "double"}
-    for cls, (_, border, decoration) in styles.items():  # a second cue besides colour for every kind
-        assert border == cues[cls] if cls in cues else "line-through" in decoration, cls
+    cues = {"tok tok-accepted": "solid", "tok tok-resampled": "dashed", "tok tok-bonus": "double",
+            "tok tok-plain": "none"}  # verifier only (a round with nothing drafted): the one kind without a mark
+    for cls, (_, border, decoration) in styles.items():  # a second cue besides colour for every other kind
+        assert border == cues[cls] if cls in cues else "line-through" in decoration, (cls, border, decoration)
     assert all(t.evaluate(CONTRAST) >= 4.5 for t in shown[:10])
-    assert "round 1, position 1" in shown[0].get_attribute("title")   # the numbers, on hover and focus
-    shown[0].focus()
+    shown[0].focus()                                              # focus shows the token's story
+    assert "round 1, position 1" in shown[0].evaluate(FOCUS_BOX)
+    assert "round 1, position 1" in shown[0].get_attribute("aria-label")  # and screen readers read it
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.classList.contains('tok')")  # every token is a tab stop
-    expect(page.get_by_text(re.compile(r"tok/s = \d+ tokens / [\d.]+ s of this session's compute"))).to_be_visible()
+    expect(page.get_by_text(re.compile(r"tok/s decoding = \d+ tokens / [\d.]+ s of this session's compute"))
+           ).to_be_visible()
     expect(page.get_by_text(re.compile(r"verifier passes = one per round \+ one over the prompt"))).to_be_visible()
-    expect(page.get_by_text("Time per round by phase (this session's compute)")).to_be_visible()
-    page.get_by_text("Plain text (whitespace shown as").filter(visible=True).first.click()
-    plain = page.locator("#run-plain pre")
-    expect(plain).to_be_visible()
-    text = plain.inner_text()
-    assert "·" not in text and "↵" not in text and "\n" in text       # markers are drawn, never copied
-    assert page.locator("#run-plain .sp").count() > 0                  # but spaces are marked
+    expect(page.get_by_text(re.compile("can vary by tens of percent"))).to_be_visible()
+    expect(page.get_by_text("Time per round by phase", exact=True)).to_be_visible()
     page.screenshot(path=artifacts / "app-run.png", full_page=True)
     with page.expect_download() as download:
         page.get_by_role("button", name="Download trace (JSON)").click()
     trace = tmp_path / "trace.json"
     download.value.save_as(trace)
+    page.get_by_label("Seed").fill("77")                          # the replay restores the run's settings
     with page.expect_file_chooser() as chooser:
         page.get_by_role("button", name="Click to upload or drop files").click()
     chooser.value.set_files(str(trace))
     expect(page.get_by_text(re.compile(r"^Replayed a trace of \d+ rounds"))).to_be_visible()
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"rounds": 3}')
+    expect(page.get_by_label("Seed")).to_have_value(str(seed))
+    page.get_by_role("tab", name="Step through").click()           # and it steps through, with no models
+    page.get_by_role("button", name="Step round").click()
+    expect(page.get_by_text(re.compile(r"Replaying the uploaded trace \(no models run\)"))).to_be_visible()
+    page.get_by_role("tab", name="Run").click()
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\xff\xfe\x00 not a trace")
     page.locator("button[aria-label='Clear']").first.click()
     with page.expect_file_chooser() as chooser:
         page.get_by_role("button", name="Click to upload or drop files").click()
     chooser.value.set_files(str(bad))
-    message = page.get_by_text(re.compile(r"^Could not replay: bad\.json: not a specdec trace"))
+    message = page.get_by_text(re.compile(r"^Could not replay: bad\.bin: not a specdec trace file \(not UTF-8"))
     expect(message).to_be_visible()
     upload = page.get_by_text("Replay a downloaded trace (no models needed)")
     assert abs(message.bounding_box()["y"] - upload.bounding_box()["y"]) < 300     # at the upload box
-    expect(page.get_by_text(re.compile(r"^Replayed a trace of \d+ rounds"))).to_be_visible()  # and truthful
+    expect(page.get_by_text(re.compile(r"^Replayed a trace of \d+ rounds"))).to_be_visible()  # and nothing lost
 
 
-def test_a_bad_value_shows_its_message_at_the_field_in_the_words_on_screen(page, artifacts):
+def test_a_bad_value_shows_its_message_at_the_field_until_it_is_fixed(page, artifacts):
     fill(page, k=2)
     page.get_by_role("button", name="Step round").click()
-    expect(page.get_by_text("Round 1: drafted, verified and committed.")).to_be_visible()
+    expect(status(page, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
     k = page.get_by_label("K (drafted tokens per round)")
     for value, message in (("2.5", "K (drafted tokens per round) must be a whole number (got 2.5)."),
                            ("", "K (drafted tokens per round) is empty: enter an integer in [1, 32]."),
@@ -197,12 +270,12 @@ def test_a_bad_value_shows_its_message_at_the_field_in_the_words_on_screen(page,
         shown = page.locator(".field-error").get_by_text(message)
         expect(shown).to_be_visible()
         assert 0 < k.bounding_box()["y"] - shown.bounding_box()["y"] < 120    # right above its input
-        expect(page.get_by_text("Round 1: drafted, verified and committed.")).to_be_visible()  # nothing lost
+        expect(status(page, "Round 1: drafted, verified, decided and committed.")).to_be_visible()  # nothing lost
     page.screenshot(path=artifacts / "app-invalid.png")
     k.fill("2")
+    expect(page.locator(".field-error")).to_have_count(0)         # fixed: the message goes at once
     page.get_by_role("button", name="Step round").click()
-    expect(page.get_by_text(re.compile(r"Round 2: drafted, verified and committed\."))).to_be_visible()
-    expect(page.locator(".field-error")).to_have_count(0)
+    expect(status(page, "Round 2: drafted, verified, decided and committed.")).to_be_visible()
 
 
 def test_a_long_prompt_is_refused_and_stop_works_during_a_long_prefill(page):
@@ -218,20 +291,31 @@ def test_a_long_prompt_is_refused_and_stop_works_during_a_long_prefill(page):
     expect(page.get_by_text("Stopped after 0 rounds.")).to_be_visible(timeout=30_000)  # one prefill chunk, not all
 
 
-def test_side_by_side_at_temperature_zero_is_identical(page, artifacts):
+def test_side_by_side_at_temperature_zero_is_identical_and_says_why(page, artifacts):
+    page.get_by_role("radio", name="prompt lookup").check()       # lookup copies the prompt, never its template
+    fill(page, prompt="Repeat after me: the quick brown fox jumps over the lazy dog.", max_new_tokens=12)
+    page.get_by_role("button", name="Step round").click()
+    expect(status(page, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
+    page.get_by_role("button", name="Step round").click()  # a click while one is pending is ignored: wait
+    expect(status(page, "Round 2: drafted, verified, decided and committed.")).to_be_visible()
+    assert not any("<|" in t or "im_start" in t for t in page.locator(".spec-tokens .tok").all_inner_texts())
+    page.get_by_role("radio", name="draft model").check()
     page.get_by_role("tab", name="Compare").click()
     fill(page, max_new_tokens=12)
     page.get_by_role("button", name="Run both").click()
     expect(page.get_by_text("Identical output")).to_be_visible(timeout=4 * ROUND_S)
-    expect(page.get_by_text(re.compile(r"^Speedup \d"))).to_be_visible()
-    expect(page.get_by_text("Tokens generated against this session's compute time")).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^Speed-up [\d.]+x = the verifier-only run's time per token"))).to_be_visible()
+    expect(page.get_by_text("Tokens against compute time", exact=True)).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^Why [\d.]+x\? Measured here: a drafted token costs c = "))).to_be_visible()
+    expect(page.get_by_text("Predicted speed-up over K", exact=True)).to_be_visible()
     base, spec = page.locator("#verifier-only-text pre").inner_text(), page.locator("#speculative-text pre").inner_text()
     assert base == spec != ""
     page.screenshot(path=artifacts / "app-compare.png", full_page=True)
 
 
-def test_at_400_px_every_tab_shows_and_plots_stack(browser, url, artifacts):
+def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_edge(browser, url, artifacts):
     pg = open_app(browser, url, PHONE)
+    wide = "() => document.documentElement.scrollWidth"
     try:
         for name in ("Step through", "Run", "Compare"):
             box = pg.get_by_role("tab", name=name).bounding_box()
@@ -239,17 +323,31 @@ def test_at_400_px_every_tab_shows_and_plots_stack(browser, url, artifacts):
         expect(pg.get_by_role("textbox", name=re.compile(r"^Prompt"))).not_to_be_in_viewport()  # the sidebar starts closed
         assert pg.get_by_role("button", name="Step round").evaluate(CONTRAST) >= 4.5
         pg.get_by_role("button", name="Toggle Sidebar").click()
-        fill(pg, temperature=0.8, max_new_tokens=12)
+        fill(pg, temperature=0.8, max_new_tokens=12, k=0)
         pg.get_by_role("button", name="Toggle Sidebar").click()
+        pg.get_by_role("button", name="Step round").click()      # a bad value opens the sidebar at its message
+        shown = pg.locator(".field-error").get_by_text(re.compile(r"^K \(drafted tokens per round\) must be"))
+        expect(shown).to_be_in_viewport()
+        pg.get_by_label("K (drafted tokens per round)").fill("4")
+        pg.get_by_role("button", name="Toggle Sidebar").click()
+        pg.get_by_role("button", name="Accept/reject", exact=True).click()
+        expect(pg.get_by_role("table", name="Drafted tokens").get_by_role("columnheader")).to_have_count(8)
+        assert pg.evaluate(wide) <= PHONE["width"]               # the table scrolls inside its box, not the page
+        pg.screenshot(path=artifacts / "app-step-400px.png", full_page=True)
         pg.get_by_role("tab", name="Run").click()
         for name in ("Run", "Stop run"):  # white on the primary and stop buttons: WCAG AA
             assert pg.get_by_role("button", name=name, exact=True).evaluate(CONTRAST) >= 4.5, name
         pg.get_by_role("button", name="Run", exact=True).click()
         expect(pg.get_by_text(re.compile(r"^Finished \("))).to_be_visible()
         pg.wait_for_timeout(1000)
-        boxes = [p.bounding_box() for p in pg.locator(".js-plotly-plot").all() if p.is_visible()]
+        plots = [p for p in pg.locator(".js-plotly-plot").all() if p.is_visible()]
+        boxes = [p.bounding_box() for p in plots]
         assert len(boxes) == 4 and len({round(b["x"]) for b in boxes}) == 1  # one plot per row
         assert all(b["x"] + b["width"] <= PHONE["width"] + 1 for b in boxes)
+        for plot, box in zip(plots, boxes):                      # titles fit their plot
+            title = plot.locator(".gtitle").first.bounding_box()
+            assert title["x"] >= box["x"] - 1 and title["x"] + title["width"] <= box["x"] + box["width"] + 1
+        assert pg.evaluate(wide) <= PHONE["width"]
         pg.screenshot(path=artifacts / "app-run-400px.png", full_page=True)
     finally:
         pg.context.close()
@@ -263,13 +361,13 @@ def test_two_sessions_stepping_at_once_keep_separate_state(browser, url, artifac
         a.get_by_role("button", name="Step round").click()
         b.get_by_role("button", name="Step round").click()  # both rounds in flight together
         for pg in (a, b):
-            expect(pg.get_by_text("Round 1: drafted, verified and committed.")).to_be_visible()
+            expect(status(pg, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
         a.get_by_role("button", name="Step round").click()
         b.get_by_role("button", name="Draft", exact=True).click()
-        expect(a.get_by_text(re.compile(r"Round 2: drafted, verified and committed\."))).to_be_visible()
-        expect(b.get_by_text(re.compile(r"Round 2: drafted, not yet verified\."))).to_be_visible()
-        expect(a.get_by_role("grid", name="Drafted tokens").get_by_role("row")).to_have_count(4)  # K = 3
-        expect(b.get_by_role("grid", name="Drafted tokens").get_by_role("row")).to_have_count(3)  # K = 2
+        expect(status(a, "Round 2: drafted, verified, decided and committed.")).to_be_visible()
+        expect(status(b, "Round 2: drafted. Next: Verify.")).to_be_visible()
+        expect(a.get_by_role("table", name="Drafted tokens").get_by_role("row")).to_have_count(4)  # K = 3
+        expect(b.get_by_role("table", name="Drafted tokens").get_by_role("row")).to_have_count(3)  # K = 2
         a_text = [t.inner_text() for t in tokens(a)]
         b_text = [t.inner_text() for t in tokens(b)]
         assert a_text and b_text and a_text != b_text

@@ -132,3 +132,25 @@ def test_readme_results_are_the_report_of_the_committed_json():
     readme = (report.ROOT / "README.md").read_text()
     section = readme.split(report.START, 1)[1].split(report.END, 1)[0]
     assert section.strip() == report.render().strip()
+
+
+def test_app_overhead_compares_the_same_rounds_and_renders_its_table():
+    from benchmarks import app_overhead
+
+    def trace(ms: list[float]) -> dict:
+        rounds = [{"emitted": [i], "times": {"draft": t / 2e3, "verify": t / 2e3, "accept": 0, "rollback": 0,
+                                             "other": 0}} for i, t in enumerate(ms)]
+        return {"rounds": rounds, "summary": {"new_tokens": len(ms), "tokens_per_s": len(ms) / (sum(ms) / 1e3)}}
+    cli = trace([100.0] * 9)
+    app = trace([100.0] + [110.0] * 4 + [220.0] * 4)  # the app's rounds double over the run
+    r = app_overhead.compare(cli, app, {"shown": "8.00 tok/s overall = 9 tokens", "click_to_finished_s": 2.0,
+                                        "browser_cpu_s": 1.0})
+    assert r["same_rounds"] and r["app_round_growth"] == pytest.approx(2.0) and r["cli_round_growth"] == 1.0
+    assert r["app_vs_cli"] == pytest.approx(0.9 / 1.42) and r["browser_cpu_share"] == 0.25
+    d = {"hardware": {"cpu": "Test CPU", "cpu_flags": ["avx2"], "torch_threads": 2}, "device": "cpu",
+         "precision": "int8", "versions": {"torch": "t", "transformers": "x"}, "commit": "abc", "date": "2026-12-01",
+         "prompt": "p", "settings": {"k": 6, "confidence": 0.6, "temperature": 0.0}, "repeats": 1,
+         "summary": {"128": {k: r[k] for k in ("cli_tok_s", "app_tok_s", "app_vs_cli", "app_round_growth",
+                                               "browser_cpu_share")}}}
+    text = report.BLOCKS["app_overhead"][0](d)
+    assert "Test CPU (avx2)" in text and f"| 128 | {r['cli_tok_s']:.2f} | {r['app_tok_s']:.2f} | 0.63x | 2.00 | 25% |" in text

@@ -40,15 +40,21 @@ def test_stop_token_inside_the_accepted_block_ends_the_round_record_there():
     free = _run(pair, max_new_tokens=12, k=4)
     assert free.token_ids[0] != free.token_ids[1]
     pair.stop_ids = frozenset({free.token_ids[1]})  # the 2nd generated token is a stop token
-    gen = _run(pair, max_new_tokens=12, k=4)
-    assert gen.token_ids == free.token_ids[:2] and gen.stop_reason == "eos"
-    r = gen.rounds[0]
-    assert len(gen.rounds) == 1 and r.emitted == tuple(free.token_ids[:2])
-    assert r.n_accepted == 2 and r.next_kind is None and r.next_token is None and r.rejected_at is None
-    assert [p.status for p in r.positions] == [ACCEPTED, ACCEPTED, AFTER_STOP, AFTER_STOP]
-    s = gen.summary()
-    assert (s.accepted, s.drafted, s.acceptance_rate, s.new_tokens) == (2, 2, 1.0, 2)
-    assert s.accepted_histogram[2] == 1 and sum(s.accepted_histogram) == 1
+    cfg = DecodeConfig(max_new_tokens=12, k=4, confidence=0.0)
+    # the model drafter stops after drafting a stop token; one that does not know the stop
+    # tokens drafts on, and the engine marks what follows the kept stop token
+    for stop_ids, statuses, why in ((None, [ACCEPTED, ACCEPTED], "stop_token"),
+                                    (frozenset(), [ACCEPTED, ACCEPTED, AFTER_STOP, AFTER_STOP], "k")):
+        gen = Generation(pair, tiny.prompt_ids(), cfg, make_drafter("model", pair, stop_ids=stop_ids)).run()
+        assert gen.token_ids == free.token_ids[:2] and gen.stop_reason == "eos"
+        r = gen.rounds[0]
+        assert len(gen.rounds) == 1 and r.emitted == tuple(free.token_ids[:2])
+        assert r.n_accepted == 2 and r.next_kind is None and r.next_token is None and r.rejected_at is None
+        assert [p.status for p in r.positions] == statuses and r.draft_stop == why
+        assert all(p.ratio is None and p.u is None for p in r.positions[2:])  # untested: no verdict numbers
+        s = gen.summary()
+        assert (s.accepted, s.drafted, s.acceptance_rate, s.new_tokens) == (2, 2, 1.0, 2)
+        assert s.accepted_histogram[2] == 1 and sum(s.accepted_histogram) == 1
 
 
 # ---- round structure, on purpose ---------------------------------------------------------------
@@ -248,7 +254,7 @@ def test_cli_and_app_traces_carry_the_same_settings_record(tmp_path, monkeypatch
     path = tmp_path / "cli-trace.json"
     path.write_text(json.dumps(cli_trace))
     replayed = handlers.replay(Session(), str(path))
-    assert "prompt: 'w1 w2 w3'" in replayed.status and "precision float32" in replayed.status
+    assert "prompt: 'w1 w2 w3'" in replayed.view.status and "precision float32" in replayed.view.status
     assert TraceFile.from_json(path.read_text()).settings == s
 
 

@@ -67,7 +67,7 @@ class ScriptedDrafter(Drafter):
     def __init__(self, truth: list[int], wrong_at: set[int], prompt_len: int, vocab: int):
         self.truth, self.wrong_at, self.prompt_len, self.vocab = truth, wrong_at, prompt_len, vocab
 
-    def propose(self, committed, k, sampling, generator, confidence=0.0):
+    def propose(self, committed, k, sampling, generator, confidence=0.0, noise=0.0):
         start = len(committed) - self.prompt_len
         tokens = [(self.truth[j] + 1) % (self.vocab - 1) if j in self.wrong_at else self.truth[j]
                   for j in range(start, min(start + k, len(self.truth)))]

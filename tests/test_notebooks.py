@@ -33,3 +33,13 @@ def test_notebook_outputs_are_stripped_in_git(path):
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: run `make strip-notebooks`"
+
+
+def test_the_page_and_the_notebooks_link_to_each_other():
+    from specdec_ui.layout import NOTEBOOK_LINES, _notebooks
+    assert set(NOTEBOOK_LINES) == {p.stem for p in NOTEBOOKS}
+    page = _notebooks()
+    for path in NOTEBOOKS:
+        assert f"{path.name}" in page and NOTEBOOK_LINES[path.stem] in page
+        first = nbformat.read(path, as_version=4).cells[0]
+        assert first.cell_type == "markdown" and "**In the app** (`make app`" in first.source, path.name

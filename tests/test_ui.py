@@ -10,12 +10,12 @@ import pytest
 
 import tiny
 from specdec import DecodeConfig, Generation, ModelChoice, SamplingConfig, TraceFile
-from specdec.render import TOKEN_KINDS, PHASE_NAMES, ROW_HEADERS, first_difference, output_text, segments, theory_tokens_per_round
+from specdec.render import DASH, PHASE_NAMES, TOKEN_KINDS, first_difference, output_text, segments
 from specdec.trace import PHASES, REJECTED, RESAMPLED
 from specdec_ui import charts
 from specdec_ui import handlers as h
 from specdec_ui.state import APP_PROMPT_TOKENS, FORM, FIELD_LABELS, Loader, Session, Walkthrough, form_defaults
-from specdec_ui.views import CompareView, Problem, RunView, StepView, plain_html, token_html
+from specdec_ui.views import UNCHANGED, CompareView, Problem, RunView, SampleView, StepView, plain_html, token_html
 
 PROMPT = "w1 w2 w3 w4 w1 w2 w3"
 
@@ -42,7 +42,8 @@ def step(loader, action, session, values):
 
 
 def generation(pair, seed=0, temperature=1.0, drafter="model", top_k=0, top_p=1.0):
-    cfg = DecodeConfig(max_new_tokens=24, k=4, seed=seed, sampling=SamplingConfig(temperature, top_k, top_p))
+    cfg = DecodeConfig(max_new_tokens=24, k=4, confidence=0.0, seed=seed,
+                       sampling=SamplingConfig(temperature, top_k, top_p))
     return Generation.from_prompt(pair, PROMPT, cfg, drafter).run()
 
 
@@ -67,7 +68,15 @@ def test_labels_cover_the_output_text_exactly(pair, seed, temperature, drafter, 
         assert {s.label for s in segs} == {"plain"}
 
 
-def test_rejected_tokens_are_marked_struck_through_and_not_part_of_the_output(pair):
+def visible_text(html: str) -> str:
+    """What a reader sees of a token view with the rejected chips hidden, as text: every
+    element but the ``<del>`` chips, tags dropped, entities decoded."""
+    import html as html_lib
+    kept = re.sub(r"<del [^>]*>.*?</del>", "", html, flags=re.S)
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", kept))
+
+
+def test_rejected_tokens_are_chips_that_add_nothing_to_the_text(pair):
     gen = generation(pair, seed=1)
     segs = segments(gen.rounds)
     rejected = [i for i, s in enumerate(segs) if s.label == REJECTED]
@@ -78,52 +87,90 @@ def test_rejected_tokens_are_marked_struck_through_and_not_part_of_the_output(pa
         assert segs[i + 1].label == RESAMPLED and segs[i + 1].round == segs[i].round  # its replacement follows
         assert segs[i].p / segs[i].q < 1
     html = token_html(segs)
-    assert html.count("<del ") == len(rejected)  # strike-through by element, not by matching a colour
-    assert [(s.label, s.text) for s in segs] == shown_tokens(html)
+    assert html.count("<del ") == len(rejected)  # struck by element, not by matching a colour
+    assert [s.label for s in segs] == [kind for kind, _ in shown_tokens(html)]
+    assert visible_text(html) == gen.text
 
 
-def test_run_streams_colour_coded_views_and_a_trace(loader):
+def test_code_keeps_its_exact_layout_around_rejected_newlines():
+    """A rejected draft holding a newline and indentation must not break or indent the kept text."""
+    from specdec.render import Segment
+    kept = ["def", " fib", "(n", "):\n", "    ", "#", " Base", " cases", "\n", "    ", "i", ",", " j", " =", " 0",
+            ",", " 0", "\n"]
+    segs = []
+    for n, t in enumerate(kept):
+        if t in (" Base", " j"):  # the draft proposed a line break with indentation where the verifier did not
+            segs += [Segment("\n    ", REJECTED, n, 0, 0.1, 0.6), Segment(t, RESAMPLED, n, 0, 0.4)]
+        elif t == "\n":
+            segs += [Segment("\n\n", REJECTED, n, 0, 0.1, 0.5), Segment(t, RESAMPLED, n, 0, 0.5)]
+        else:
+            segs.append(Segment(t, "accepted", n, 0, 0.9, 0.9))
+    html = token_html(segs)
+    want = "".join(kept)
+    assert output_text(segs) == want and visible_text(html) == want
+    chips = re.findall(r"<del [^>]*>(.*?)</del>", html, re.S)
+    assert len(chips) == 4 and all("\n" not in c and " " not in re.sub(r"<[^>]+>", "", c) for c in chips)
+    assert all('class="nl"' in c for c in chips)  # the newline is shown, as a marker only
+    assert token_html(segs, detail=False).count("aria-label") == 0 and html.count("aria-label") == len(segs)
+
+
+def test_run_streams_live_views_then_a_full_one_with_a_trace(loader, monkeypatch):
+    monkeypatch.setattr(h, "REFRESH_S", 0.01)
     session = Session()
-    views = list(h.run(loader, session, form(seed=1)))
+    views = list(h.run(loader, session, form(seed=1, max_new_tokens=24)))
     final = views[-1]
-    assert all(isinstance(v, RunView) for v in views)
+    assert all(isinstance(v, RunView) for v in views) and len(views) >= 2
     assert final.status.startswith("Finished") and final.download and all(v.download is None for v in views[:-1])
+    assert views[0].ratio is None and views[0].stats == ""  # the first view clears the previous run's
+    for live in views[1:-1]:  # the page keeps its charts while the run goes; the live HTML charts stand in
+        assert live.ratio == live.timing == live.stats == UNCHANGED and "aria-label=\"round" not in live.text
+    assert final.live == "" and final.ratio is not None and final.timing is not None
     trace = json.loads(open(final.download, encoding="utf-8").read())
-    assert len(views) == len(trace["rounds"]) + 2  # the prefill, one view per round, then the final one
-    shown = shown_tokens(final.text)
-    assert "".join(t for kind, t in shown if kind != REJECTED) == trace["text"]
-    assert any(kind == REJECTED for kind, _ in shown)
-    assert 'title="' in final.text and "round 1, position 1" in final.text  # numbers on hover
-    assert final.text.count('tabindex="0"') == len(shown)                    # every token reachable by keyboard
-    assert "tok/s** = " in final.stats and "verifier passes** = one per round + one over the prompt" in final.stats
-    assert "= drafts kept / drafted = " in final.stats and "= drafts kept / tested = " in final.stats
+    assert visible_text(final.text) == trace["text"] and any(k == REJECTED for k, _ in shown_tokens(final.text))
+    assert "round 1, position 1" in final.text                                  # each token's story, at the end
+    assert final.text.count('tabindex="0"') == len(shown_tokens(final.text))   # every token reachable by keyboard
+    assert "tok/s** decoding = " in final.stats and "verifier passes** = one per round + one over the prompt" in final.stats
+    assert "prefill (reading the prompt" in final.stats and "vary by tens of percent" in final.stats
+
+
+def test_the_live_charts_show_tested_positions_only(pair):
+    rounds = generation(pair, seed=1).rounds
+    live = charts.live_html(rounds)
+    tested = sum(r.tested for r in rounds)
+    assert live.count('class="v-accepted"') + live.count('class="v-rejected"') == min(tested, 120)
+    assert live.count("<a style=") == len(rounds) and "tallest" in live
+    race = charts.race_html(rounds, rounds[:2])
+    assert race.count("race-row") == 2 and f"{sum(len(r.emitted) for r in rounds)} tokens" in race
 
 
 def test_charts_get_the_right_series(pair):
-    rounds = generation(pair, seed=1).rounds
-    drafted = sum(r.drafted for r in rounds)
+    rounds = next(g.rounds for g in (generation(pair, seed) for seed in range(1, 20))
+                  if any(p.status == "unreached" for r in g.rounds for p in r.positions))
+    tested = sum(r.tested for r in rounds)
+    untested = sum(p.status == "unreached" for r in rounds for p in r.positions)
+    assert untested, "this seed should leave drafts untested"
     ratio = charts.ratio_figure(rounds)
     bars = [t for t in ratio.data if t.type == "bar"]
-    names = ["kept (u ≤ p/q)", "rejected (u > p/q)", "not tested (after a rejection)"]
-    assert [t.name for t in bars] == [n for n in names if n in {t.name for t in bars}][:len(bars)]
-    assert names[:2] == [t.name for t in bars][:2]  # one trace, one legend entry, per verdict
-    assert sum(len(t.y) for t in bars) == drafted and all(0 <= y <= 1 for t in bars for y in t.y)
+    assert [t.name for t in bars] == ["kept (u ≤ p/q)", "rejected (u > p/q)"]  # one trace per verdict
+    assert sum(len(t.y) for t in bars) == tested and all(0 <= y <= 1 for t in bars for y in t.y)
     draws = next(t for t in ratio.data if t.name == "draw u")
-    assert len(draws.y) == sum(r.n_accepted + (r.rejected_at is not None) for r in rounds)  # tested positions only
-    assert ratio.layout.xaxis.title.text and ratio.layout.yaxis.title.text
+    assert len(draws.y) == tested                                               # tested positions only
+    grey = next(t for t in ratio.data if t.name == "not tested")
+    assert len(grey.x) == untested and all("not tested" in t for t in grey.hovertext)
+    assert not any("p/q = 0" in (t.name or "") for t in ratio.data if len(t.x) and set(t.x) <= set(grey.x))
     timing = charts.timing_figure(rounds)
     assert [t.name for t in timing.data] == [PHASE_NAMES[p] for p in PHASES]
     assert all(len(t.y) == len(rounds) for t in timing.data) and timing.layout.barmode == "stack"
     acc = charts.acceptance_figure(rounds)
     assert [t.name for t in acc.data] == ["drafts kept", "drafts not kept", "running a = kept / tested"]
-    assert list(acc.data[0].y) == [r.n_accepted for r in rounds]  # one colour per legend entry
+    assert list(acc.data[0].y) == [r.n_accepted for r in rounds]
     assert [a + b for a, b in zip(acc.data[0].y, acc.data[1].y)] == [r.drafted for r in rounds]
-    assert isinstance(acc.data[0].marker.color, str) and 0 <= acc.data[2].y[-1] <= 1
+    assert acc.data[2].y[-1] == pytest.approx(sum(r.n_accepted for r in rounds) / tested)
     tokens = charts.tokens_per_round_figure(rounds)
     n = sum(len(r.emitted) for r in rounds)
     assert tokens.data[0].name.startswith("theory") and tokens.data[1].y[-1] == pytest.approx(n / len(rounds))
-    race = charts.race_figure({"a": rounds, "b": rounds[:2]})
-    assert [t.name for t in race.data] == ["a", "b"] and race.data[0].y[-1] == n
+    race = charts.race_figure([("verifier only", "verifier only", rounds), ("speculative", "speculative", rounds[:2])])
+    assert [t.name for t in race.data] == ["verifier only", "speculative"] and race.data[0].y[-1] == n
     bonus = next(r for r in rounds if r.rejected_at is None)
     assert len(charts.distribution_figure(bonus).data) == 1     # p for the bonus token
 
@@ -145,59 +192,98 @@ def test_the_distribution_chart_puts_p_q_and_the_residual_on_one_token_axis(pair
     assert list(residual.y) == pytest.approx(expected)
 
 
-def test_theory_curve_and_first_difference():
-    assert theory_tokens_per_round(0.0, 4) == 1.0
-    assert theory_tokens_per_round(1.0, 4) == 5.0
-    assert theory_tokens_per_round(0.5, 1) == pytest.approx(1.5)
+def test_first_difference():
     assert first_difference([1, 2, 3], [1, 2, 3]) is None
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1
     assert first_difference([1, 2], [1, 2, 3]) == 2
 
 
-def test_walkthrough_is_a_pure_state_machine(pair):
+def test_walkthrough_is_a_pure_state_machine_of_four_phases(pair):
     r1, r2 = generation(pair, seed=1).rounds[:2]
     w = Walkthrough()
     assert w.needs_round("draft") and w.needs_round("step") and not w.needs_round("reset")
     w, said = w.press("draft", r1)
     assert (w.shown, w.phase, w.rounds, said) == (r1, "draft", (), "")
-    assert not w.needs_round("verify") and not w.needs_round("draft") and w.needs_round("next")
+    assert not w.needs_round("verify") and not w.needs_round("draft")
     again, said = w.press("draft")
-    assert again == w and "already drafted" in said
+    assert again == w and "already past Draft: press Verify next" in said
+    skipped, said = w.press("accept")  # a phase may be skipped forward, never back
+    assert skipped.phase == "accept" and skipped.rounds == ()
     w, _ = w.press("verify")
     assert w.phase == "verify" and w.rounds == ()
-    w, said = w.press("next", r2)
-    assert (w.rounds, w.shown, w.phase, said) == ((r1,), r2, "draft", "Round 1 committed. ")
-    w, _ = w.press("step")
-    assert (w.rounds, w.phase) == ((r1, r2), "commit") and w.needs_round("step")
+    w, _ = w.press("accept")
+    assert w.phase == "accept" and w.rounds == () and w.pending
+    w, _ = w.press("commit")
+    assert (w.rounds, w.phase, w.pending) == ((r1,), "commit", False) and w.needs_round("draft")
+    w, _ = w.press("step", r2)
+    assert (w.rounds, w.shown, w.phase) == ((r1, r2), r2, "commit")
     done, said = w.press("step", None, "eos")
     assert done.rounds == (r1, r2) and done.shown is None and "finished (eos)" in said
     assert w.press("reset")[0] == Walkthrough()
 
 
-def test_step_through_reveals_a_round_in_phases(loader):
+def test_step_through_reveals_a_round_phase_by_phase(loader):
     s = Session()
-    drafted = step(loader, "draft", s, form(seed=1))
-    assert list(drafted.table.columns) == ROW_HEADERS[:3]  # tokens and q only
-    assert drafted.ratio is None and shown_tokens(drafted.text) == []
-    assert "computed this whole round when it was drafted" in drafted.status and drafted.banner == ""
-    verified = step(loader, "verify", s, form(seed=1))
-    assert list(verified.table.columns) == ROW_HEADERS and len(verified.table) == 4
-    assert verified.ratio is not None and verified.dist is not None
-    assert "Verifier KV cache" in verified.cache and "**Verify.**" in verified.explain
-    nxt = step(loader, "next", s, form(seed=1))
-    assert "Round 1 committed" in nxt.status and shown_tokens(nxt.text)
-    assert output_text(segments(list(s.walk.rounds))) == "".join(
-        t for kind, t in shown_tokens(nxt.text) if kind != REJECTED)
-    again = step(loader, "draft", s, form(seed=1))
-    assert "already drafted" in again.status and s.walk.phase == "draft"
-    stepped = step(loader, "step", s, form(seed=1))  # finishes the drafted round 2
-    assert len(s.walk.rounds) == 2 and not s.walk.pending and "**Commit.**" in stepped.explain
-    assert "Round 2: drafted, verified and committed." in stepped.status
-    changed = step(loader, "step", s, form(seed=2, k=3))
+    f = form(seed=1, temperature=1.0)
+    drafted = step(loader, "draft", s, f)
+    assert "<th scope=\"col\">conf.</th>" in drafted.table and "p(x)" not in drafted.table  # tokens, q, confidence
+    assert drafted.ratio is None and drafted.dist is None and shown_tokens(drafted.text) == []
+    assert "**Draft.**" in drafted.explain and ("Drafted K = 4" in drafted.explain or "stopped" in drafted.explain)
+    assert "the verifier has not run yet" in drafted.cache and "Next: **Verify**" in drafted.status
+    verified = step(loader, "verify", s, f)
+    assert "p(x)" in verified.table and "p/q" not in verified.table and verified.ratio is None
+    assert "not rolled back yet" in verified.cache and "**Verify.**" in verified.explain
+    decided = step(loader, "accept", s, f)
+    assert "p/q" in decided.table and "verdict" in decided.table and decided.ratio is not None and decided.dist
+    assert "**Accept/reject.**" in decided.explain and shown_tokens(decided.text) == []  # nothing committed yet
+    committed = step(loader, "commit", s, f)
+    assert "**Commit and roll back.**" in committed.explain and "after the rollback" in committed.cache
+    assert output_text(segments(list(s.walk.rounds))) == visible_text(committed.text) != ""
+    again = step(loader, "verify", s, f)  # a new round must be drafted first
+    assert s.walk.phase == "verify" and len(s.walk.rounds) == 1
+    stepped = step(loader, "step", s, f)  # finishes the round on show
+    assert len(s.walk.rounds) == 2 and not s.walk.pending and "**Commit and roll back.**" in stepped.explain
+    assert again.status.startswith("Round 2")
+    changed = step(loader, "step", s, form(seed=2, k=3, temperature=1.0))
     assert changed.status.startswith("K (drafted tokens per round), Seed changed: the step-through restarted from "
                                      "the prompt (2 rounds on show discarded)") and len(s.walk.rounds) == 1
     step(loader, "reset", s, form(seed=2))
     assert s.walk == Walkthrough()
+
+
+def test_untested_drafts_show_dashes_and_why_never_numbers(loader, pair):
+    s = Session()
+    for seed in range(20):
+        s = Session()
+        view = step(loader, "accept", s, form(seed=seed, temperature=1.0))
+        r = s.walk.shown
+        if r.rejected_at is not None and r.rejected_at < len(r.positions) - 1:
+            break
+    else:
+        pytest.fail("no seed left a draft untested")
+    rows = re.findall(r"<tr class=\"row-(\w+)\">(.*?)</tr>", view.table, re.S)
+    assert [st for st, _ in rows] == [p.status for p in r.positions]
+    for (status, row), pos in zip(rows, r.positions):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+        if status == "unreached":
+            assert cells[3:6] == [DASH] * 3 and "not tested: after the rejection" in cells[6]
+        else:
+            assert DASH not in cells[3:6] and float(cells[4]) == pytest.approx(pos.ratio, abs=1e-3)
+
+
+def test_the_sample_button_runs_the_rule_on_the_round_on_show(loader):
+    s = Session()
+    assert isinstance(h.sample(s), Problem)
+    for seed in range(10):
+        step(loader, "accept", s, form(seed=seed, temperature=1.0))
+        if s.walk.shown.tested:
+            break
+        step(loader, "reset", s, form(seed=seed))
+    view = h.sample(s)
+    assert isinstance(view, SampleView) and "10,000 times" in view.summary and "total variation" in view.summary
+    tv = float(re.search(r"total variation from p = \*\*([\d.]+)", view.summary).group(1))
+    assert tv < 0.03 and [t.name.split(":")[0] for t in view.histogram.data] == ["p (verifier)", "the rule",
+                                                                                   "argmax draft bug"]
 
 
 def test_step_reaches_the_end_and_says_so(loader):
@@ -211,7 +297,7 @@ def test_step_reaches_the_end_and_says_so(loader):
 @pytest.mark.parametrize("field,value", [
     ("k", 0), ("k", 33), ("k", None), ("k", 2.5), ("temperature", -1.0), ("temperature", 1e-45), ("top_k", -1),
     ("top_p", 0.0), ("top_p", 1.5), ("seed", -1), ("max_new_tokens", 0), ("max_new_tokens", 3.5), ("prompt", "  "),
-    ("drafter", "oracle"), ("confidence", 1.0)])
+    ("drafter", "oracle"), ("confidence", 1.0), ("draft_noise", -0.1), ("draft_noise", 1.5), ("draft_noise", None)])
 def test_invalid_settings_give_a_message_in_the_words_on_the_screen_and_change_nothing_else(loader, field, value):
     s = Session()
     step(loader, "step", s, form())
@@ -222,6 +308,12 @@ def test_invalid_settings_give_a_message_in_the_words_on_the_screen_and_change_n
         assert result.message.startswith(FIELD_LABELS[field]) and "(got None)" not in result.message
     assert s.walk == before
     assert isinstance(step(loader, "step", s, form()), StepView)  # still usable
+
+
+@pytest.mark.parametrize("runs", [0, 6, 2.5, None, "3"])
+def test_compare_refuses_a_bad_number_of_runs(loader, runs):
+    (problem,) = list(h.compare(loader, Session(), form(), runs))
+    assert problem.field == "runs" and problem.message.startswith("Runs must be a whole number in [1, 5]")
 
 
 def test_messages_name_the_label_say_empty_and_refuse_fractions(loader):
@@ -248,6 +340,7 @@ def test_handlers_wait_for_the_models():
     loading = Loader(ModelChoice("embedded:none", None))
     assert step(loading, "draft", Session(), form()) == Problem(h.NOT_READY)
     assert list(h.run(loading, Session(), form())) == [Problem(h.NOT_READY)]
+    assert list(h.compare(loading, Session(), form())) == [Problem(h.NOT_READY)]
 
 
 def test_loader_reports_a_bad_setting_instead_of_raising():
@@ -255,42 +348,78 @@ def test_loader_reports_a_bad_setting_instead_of_raising():
     assert loader.pair is None and "device" in loader.error
 
 
-def test_stop_ends_a_run_cleanly_and_idle_stop_says_so(loader):
+def test_stop_ends_a_run_cleanly_and_idle_stop_says_so(loader, monkeypatch):
+    monkeypatch.setattr(h, "REFRESH_S", 0.01)
     s = Session()
     assert h.stop(s) == "Nothing is running."
-    run = h.run(loader, s, form(max_new_tokens=64))
+    run = h.run(loader, s, form(max_new_tokens=200))
     assert next(run).status.startswith("Reading the prompt")
-    first = next(run)
+    assert next(run).status.startswith("Round ")  # the run goes on in its worker; the page follows
     assert h.stop(s).startswith("Stopping")
     rest = list(run)
-    assert rest[-1].status == "Stopped after 1 rounds." and rest[-1].text == first.text and rest[-1].download
+    assert rest[-1].status.startswith("Stopped after ") and rest[-1].download
+    trace = json.loads(open(rest[-1].download, encoding="utf-8").read())
+    assert trace["stop_reason"] == "cancelled" and len(trace["text"]) and rest[-1].status == \
+        f"Stopped after {len(trace['rounds'])} rounds."
     assert h.stop(s) == "Nothing is running."
     assert isinstance(step(loader, "step", s, form()), StepView)  # the session carries on
 
 
-def test_trace_round_trip_replays_without_models(loader, tmp_path):
-    final = list(h.run(loader, Session(), form(seed=3)))[-1]
+def test_trace_round_trip_replays_without_models_and_restores_the_settings(loader, tmp_path):
+    f = form(seed=3, k=3, temperature=0.9, draft_noise=0.1)
+    final = list(h.run(loader, Session(), f))[-1]
     raw = open(final.download, encoding="utf-8").read()
     trace = TraceFile.from_json(raw)
     assert json.loads(json.dumps([r.to_dict() for r in trace.rounds])) == json.loads(raw)["rounds"]
-    replayed = h.replay(Session(), final.download)
-    assert (replayed.text, replayed.stats) == (final.text, final.stats)
-    assert replayed.timing == final.timing and replayed.status.startswith("Replayed a trace of")
+    s = Session()
+    replayed = h.replay(s, final.download)
+    assert (replayed.view.text, replayed.view.stats) == (final.text, final.stats)
+    assert replayed.view.timing == final.timing and replayed.view.status.startswith("Replayed a trace of")
+    assert replayed.form == {k: f[k] for k in replayed.form} and set(replayed.form) == set(FORM)
+    # the step-through replays the trace round by round, with no models at all
+    offline = Loader(ModelChoice("embedded:none", None))
+    v = step(offline, "step", s, replayed.form)
+    assert isinstance(v, StepView) and v.status.startswith("Replaying the uploaded trace (no models run)")
+    assert s.walk.rounds == trace.rounds[:1]
+    for _ in range(len(trace.rounds)):
+        v = step(offline, "step", s, replayed.form)
+    assert s.walk.rounds == trace.rounds and visible_text(v.text) == trace.text
+    assert "finished" in step(offline, "step", s, replayed.form).status
+    # changing a setting leaves the replay for a live run (here: no models, so it says so)
+    assert step(offline, "step", s, {**replayed.form, "seed": 99}) == Problem(h.NOT_READY)
+
+
+@pytest.mark.parametrize("content,said", [
+    ('{"rounds": 3}', "not a specdec trace"), ("not json", "not a specdec trace"),
+    ('{"format": 1, "rounds": []}', "not a specdec trace"), ("[" * 100_000 + "]" * 100_000, "not a specdec trace"),
+    (b"\xff\xfe\x00binary", "not UTF-8 text")])
+def test_a_file_that_is_not_a_trace_is_refused_and_nothing_changes(tmp_path, content, said):
     garbage = tmp_path / "x.json"
-    for content in ('{"rounds": 3}', "not json", '{"format": 1, "rounds": []}'):
-        garbage.write_text(content)
-        problem = h.replay(Session(), str(garbage))
-        assert isinstance(problem, Problem) and "not a specdec trace" in problem.message
-        assert problem.field == "upload" and problem.message.endswith("The view above is unchanged.")
+    garbage.write_bytes(content if isinstance(content, bytes) else content.encode())
+    s = Session()
+    problem = h.replay(s, str(garbage))
+    assert isinstance(problem, Problem) and said in problem.message and problem.message.startswith("x.json: ")
+    assert problem.field == "upload" and problem.message.endswith("The view above is unchanged.")
+    assert s.replay is None and h.replay(s, None) is None
 
 
-def test_compare_at_temperature_zero_shows_the_identical_badge(loader):
+def test_compare_at_temperature_zero_shows_the_identical_badge_and_the_why(loader):
     final = list(h.compare(loader, Session(), form(temperature=0.0, max_new_tokens=12)))[-1]
     assert isinstance(final, CompareView)
     assert "Identical output" in final.badge and final.base_text == final.spec_text != plain_html("")
-    assert "Speedup" in final.badge and len(final.race.data) == 2
-    sampled = list(h.compare(loader, Session(), form(temperature=1.0, max_new_tokens=8)))[-1]
-    assert "differ by design" in sampled.badge
+    assert "**Speed-up**" in final.badge and "the prefill excluded" in final.badge and "One run" in final.badge
+    assert len(final.race.data) == 2 and final.live == ""
+    assert final.why.startswith("**Why ") and "c = " in final.why and final.why_chart is not None
+
+
+def test_compare_at_temperature_above_zero_does_equal_work_over_several_runs(loader, pair):
+    s = Session()
+    final = list(h.compare(loader, s, form(temperature=1.0, max_new_tokens=10), runs=3))[-1]
+    assert "differ by design" in final.badge and "median of 3 runs; range" in final.badge
+    assert "median of 3 runs" in final.base_stats and "median of 3 runs" in final.spec_stats
+    assert len(final.race.data) == 6
+    # every run generated exactly max-new-tokens tokens: a stop token does not end one early
+    assert all(t.y[-1] == 10 for t in final.race.data)
 
 
 def test_the_page_is_built_from_the_view_records(pair):
@@ -300,7 +429,7 @@ def test_the_page_is_built_from_the_view_records(pair):
     assert tuple(form_defaults()) == FORM
     d = DecodeConfig()
     assert (form_defaults()["k"], form_defaults()["max_new_tokens"]) == (d.k, d.max_new_tokens)
-    for record in (StepView, RunView, CompareView):
+    for record in (StepView, RunView, CompareView, SampleView):
         assert fields(record)
 
 
@@ -316,15 +445,15 @@ def test_a_session_says_when_it_waits_for_another_sessions_round(loader, pair):
     finally:
         if pair.lock.locked():
             pair.lock.release()
-    assert final.status.startswith("Round 1: drafted, verified and committed")
+    assert final.status.startswith("Round 1: drafted, verified, decided and committed")
     assert s.gen.waited_s >= 0.2 and s.gen.rounds[0].times.total < s.gen.waited_s + 1  # waiting is not compute
 
 
 def test_temperature_zero_says_the_rule_has_nothing_to_decide(loader):
-    view = step(loader, "verify", Session(), form(temperature=0.0))
+    view = step(loader, "accept", Session(), form(temperature=0.0))
     assert view.banner.startswith("**Temperature 0: the rule has nothing to decide.**")
-    assert "u" in view.table.data.columns and "color: #6b7280" in view.table.to_html()  # u greyed out
-    assert step(loader, "verify", Session(), form(temperature=0.8)).banner == ""
+    assert "At temperature 0 p and q are one-hot" in view.explain
+    assert step(loader, "accept", Session(), form(temperature=0.8)).banner == ""
 
 
 def test_text_keeps_its_shape_with_visible_whitespace_that_is_never_copied(pair):
