@@ -25,7 +25,7 @@ from .rule import verify
 from .sampling import probs_from_logits
 from .settings import DRAFTERS
 from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, Candidate, DraftPosition,
-                    PhaseTimes, RoundTrace, RunSummary, TokenProb, summarize)
+                    TESTED, PhaseTimes, RoundTrace, RunSummary, TokenProb, summarize)
 
 TOP_N = 8  # entries of p, q and the residual kept per position: enough for a bar chart
 
@@ -47,10 +47,15 @@ def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool
     raise ConfigError(f"drafter must be one of {', '.join(DRAFTERS)} (got {kind!r})", "drafter")
 
 
+def _stop_ids(pair, cfg: DecodeConfig) -> frozenset[int]:
+    """The tokens that end the output: the pair's, unless the run ignores them."""
+    return frozenset() if cfg.ignore_eos else pair.stop_ids
+
+
 class Generation:
     def __init__(self, pair, prompt_ids: list[int], cfg: DecodeConfig, drafter: Drafter):
         self.pair, self.cfg, self.drafter = pair, cfg, drafter
-        self.stop_ids = frozenset() if cfg.ignore_eos else pair.stop_ids
+        self.stop_ids = _stop_ids(pair, cfg)
         self.prompt_ids = list(prompt_ids)
         self.token_ids: list[int] = []  # generated ids (prompt excluded)
         self.text = ""
@@ -68,8 +73,7 @@ class Generation:
                     ) -> Generation:
         """Validate and encode the prompt (through the chat template unless ``chat`` is False)."""
         ids, hidden = pair.encode_marked(prompt, chat=chat)
-        stop_ids = frozenset() if cfg.ignore_eos else pair.stop_ids
-        return cls(pair, ids, cfg, make_drafter(drafter, pair, hidden=hidden, stop_ids=stop_ids))
+        return cls(pair, ids, cfg, make_drafter(drafter, pair, hidden=hidden, stop_ids=_stop_ids(pair, cfg)))
 
     def __iter__(self) -> Iterator[RoundTrace]:
         return self
@@ -189,7 +193,7 @@ class Generation:
             q, p = proposal.probs[i], target_probs[i]  # (V,), (V,)
             status = (ACCEPTED if i < emitted_drafts else AFTER_STOP if stopped_in_drafts
                       else REJECTED if i == n_acc else UNREACHED)
-            tested = status in (ACCEPTED, REJECTED)  # the rule read u and p/q here; elsewhere they decide nothing
+            tested = status in TESTED  # the rule read u and p/q here; elsewhere they decide nothing
             positions.append(DraftPosition(
                 token_id=tok, text=self.pair.token_text(tok), q=float(q[tok]), p=float(p[tok]),
                 ratio=float(v.ratios[0, i]) if tested else None, u=float(v.uniforms[0, i]) if tested else None,

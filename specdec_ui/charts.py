@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 
 from specdec.experiment import Histogram
 from specdec.render import PHASE_NAMES, round_stats
-from specdec.theory import CostModel, tokens_per_round, tokens_per_round_drafted
+from specdec.theory import CostModel, tokens_per_round_drafted
 from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace
 
 # One colour per kind of token, shared by the charts and the token CSS (layout.CSS).

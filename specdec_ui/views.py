@@ -105,11 +105,6 @@ def _whitespace(text: str, keep: bool = True) -> str:
     return out.replace("\n", f'<span class="nl"></span>{nl}')
 
 
-def _numbers(s: Segment) -> str:
-    """The segment's story, in words for a screen reader and for the focus box."""
-    return segment_detail(s)
-
-
 def token_html(segs: list[Segment], detail: bool = True) -> str:
     """The text as one element per token: its kind as a class (colour plus a second cue), its
     story in ``aria-label``, which screen readers read and which CSS draws as a box on hover and
@@ -122,7 +117,7 @@ def token_html(segs: list[Segment], detail: bool = True) -> str:
         return '<div class="spec-tokens spec-empty">No tokens yet.</div>'
     out = []
     for s in segs:
-        common = (f'class="tok tok-{s.label}" tabindex="0" aria-label="{escape(_numbers(s), quote=True)}"'
+        common = (f'class="tok tok-{s.label}" tabindex="0" aria-label="{escape(segment_detail(s), quote=True)}"'
                   if detail else f'class="tok tok-{s.label}"')
         if s.label == REJECTED:
             out.append(f"<del {common}>{_whitespace(s.text, keep=False)}</del>")
