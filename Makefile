@@ -54,6 +54,7 @@ cli: setup
 
 bench: setup
 	bash scripts/install-llama-cpp.sh $(PY)
+	bash scripts/build-llama-speculative.sh $(PY)
 	$(PY) -m benchmarks.throughput $(ARGS)
 	$(PY) -m benchmarks.report
 

@@ -36,7 +36,9 @@ def environment(pair) -> dict:
                      "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "accelerator": accel},
         "cpu_slug": re.sub(r"[^a-z0-9]+", "-", f"{device.type} {cpu['model'] if device.type == 'cpu' else accel}"
                            .lower()).strip("-"),
-        "device": str(device), "precision": pair.precision.name, "precision_reason": pair.precision.reason,
+        "device": str(device), "precision": pair.precision.label, "precision_reason": pair.precision.reason,
+        "draft_precision": pair.draft_precision.label if pair.draft_precision else None,
+        "draft_precision_reason": pair.draft_precision.reason if pair.draft_precision else None,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},
     }

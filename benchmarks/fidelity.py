@@ -1,6 +1,8 @@
-"""Fidelity of each CPU representation against the float32 dequantized verifier (transformers'
-own forward): top-1 agreement and mean KL(p_float32 || p_representation) over a fixed text of
-2,048 tokens (the start of this Python's ``textwrap.py``: code and prose), teacher-forced."""
+"""Fidelity of each CPU representation against the float32 dequantized model (transformers' own
+forward), for the verifier and for the draft apart: top-1 agreement and mean KL(p_float32 ||
+p_representation) over a fixed text of 2,048 tokens (the start of this Python's ``textwrap.py``:
+code and prose), teacher-forced. A worse verifier changes the output; a worse draft only costs
+acceptance, never correctness."""
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from specdec.cache import CachedLM
 from specdec.embedded import EMBEDDED, cache_root
 from specdec.models import load_model
-from specdec.precision import choose
+from specdec.precision import Precision
 
 TOKENS = 2048
 CHUNK = 256
@@ -32,22 +34,30 @@ def logprobs(model, ids: list[int], vocab: int) -> torch.Tensor:
     return torch.log_softmax(torch.cat(out).float(), -1)
 
 
-def fidelity(pair, precisions: list[str]) -> dict:
+def _against_float32(name: str, role: str, labels: list[str], ids: list[int], vocab: int) -> dict:
+    reference = AutoModelForCausalLM.from_pretrained(
+        str(cache_root() / EMBEDDED[name].sha256[:16] / "converted-float32"), dtype=torch.float32).eval()
+    ref = logprobs(reference, ids, vocab)
+    del reference
+    out = {}
+    for label in labels:
+        model, _ = load_model(name, torch.device("cpu"), Precision.from_label(label), role)
+        lp = logprobs(model, ids, vocab)
+        out[label] = {"top1_agreement": float((lp.argmax(-1) == ref.argmax(-1)).float().mean()),
+                      "mean_kl": float((ref.exp() * (ref - lp)).sum(-1).mean())}
+        del model
+    return out
+
+
+def fidelity(pair, precisions: list[str], draft_precisions: list[str] = ()) -> dict:
+    """``precisions``: the verifier's variants to measure (labels such as "int8 fbgemm");
+    ``draft_precisions``: the draft's, each against the float32 draft."""
     text, source = fixed_text()
     ids = pair.tokenizer(text)["input_ids"][:TOKENS]
-    spec = EMBEDDED[pair.target_name]
-    reference = AutoModelForCausalLM.from_pretrained(
-        str(cache_root() / spec.sha256[:16] / "converted-float32"), dtype=torch.float32).eval()
-    ref = logprobs(reference, ids, pair.vocab_size)
-    del reference
     out = {"text": source, "text_sha256": hashlib.sha256(text.encode()).hexdigest(), "tokens": len(ids),
-           "reference": "float32 dequantized GGUF verifier, transformers' forward", "precisions": {}}
-    for name in precisions:
-        model, _ = load_model(pair.target_name, torch.device("cpu"), choose(torch.device("cpu"), name), "target")
-        lp = logprobs(model, ids, pair.vocab_size)
-        out["precisions"][name] = {
-            "top1_agreement": float((lp.argmax(-1) == ref.argmax(-1)).float().mean()),
-            "mean_kl": float((ref.exp() * (ref - lp)).sum(-1).mean()),
-        }
-        del model
+           "reference": "float32 dequantized GGUF model, transformers' forward",
+           "precisions": _against_float32(pair.target_name, "target", precisions, ids, pair.vocab_size)}
+    if draft_precisions and pair.draft_name:
+        out["draft_precisions"] = _against_float32(pair.draft_name, "draft", list(draft_precisions), ids,
+                                                   pair.vocab_size)
     return out

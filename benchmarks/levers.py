@@ -1,8 +1,17 @@
-"""What each speed lever does on this machine: the cost of one forward of the embedded verifier
-and draft, by representation, forward implementation (lean vs transformers'), batch invariance
-and draft output rows, at 1 row (decoding) and K+1 rows (verifying). Writes JSON for the README.
+"""What each speed lever does on this machine, measured, for the README's levers table.
 
-    python -m benchmarks.levers
+1. **Forward costs**: one forward of the embedded verifier and draft by representation and
+   kernel, forward implementation (lean vs transformers'), batch invariance and draft output rows,
+   at 1 row (decoding) and K+1 rows (verifying). The draft's variants are timed interleaved
+   (round-robin, all loaded at once), so this machine's drift hits them alike.
+2. **End to end**: speculative decoding with the default verifier and each draft variant (and
+   the hybrid drafter, and the draft's sampling path at T = 0 with and without its fast path) on
+   held-out code prompts: tok/s, acceptance, tokens per round and c, the draft phase's time per
+   drafted token over the verify phase's time per round (the engine's own trace).
+3. ``--compile``: ``torch.compile`` of the draft's layers (inductor), its compile time and
+   forward cost against eager.
+
+    python -m benchmarks.levers [--quick] [--compile]
 """
 from __future__ import annotations
 
@@ -10,16 +19,28 @@ import argparse
 import gc
 import statistics
 import sys
+import time
 
 import torch
 
 from benchmarks.common import ROOT, environment, write_json
-from benchmarks.profile import CONTEXT, forward_times
+from benchmarks.profile import CONTEXT, context_ids, forward_times
+from benchmarks.throughput import draft_cost_ratio
+from specdec import DecodeConfig, Generation
+from specdec.cache import CachedLM
+from specdec.drafters import ModelDrafter
 from specdec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, cache_root
-from specdec.models import load_model, load_pair
-from specdec.precision import Precision, choose, cpu_candidates
+from specdec.models import ModelPair, load_model, load_pair
+from specdec.precision import Precision, cpu_variants
 
 ROWS = (1, 2, 3, 5, 7)
+CUT = 32768  # ids the cut draft output layer scores (plus every special token)
+PROMPTS = [  # held out: none of them is in the app, the tests or the throughput benchmark
+    "Write a Python function that flattens a nested list of arbitrary depth.",
+    "Write a Python function that returns the longest common prefix of a list of strings.",
+    "Write a Python class for an LRU cache with get and put.",
+    "Write a Python function that converts a Roman numeral to an integer.",
+]
 
 
 def forward_ms(model, vocab: int, reps: int = 7) -> list[float]:
@@ -28,35 +49,138 @@ def forward_ms(model, vocab: int, reps: int = 7) -> list[float]:
     return [statistics.median(s) * 1e3 for s in forward_times(model, vocab, list(ROWS), reps)]
 
 
+def interleaved_ms(models: dict, vocab: int, rows: int = 1, reps: int = 25) -> dict[str, float]:
+    """Median ms of one ``rows``-row forward per model, the models timed in turn each repetition."""
+    ids = context_ids(vocab, [rows])
+    lms = {name: CachedLM(m, vocab) for name, m in models.items()}
+    for lm in lms.values():
+        lm.prefill(ids[:CONTEXT])
+    times = {name: [] for name in models}
+    for rep in range(reps + 3):
+        for name, lm in lms.items():
+            lm.rollback(ids[:CONTEXT + 1])
+            t0 = time.perf_counter()
+            lm.forward(ids[CONTEXT:CONTEXT + rows], keep=rows)
+            if rep >= 3:  # the first three warm up
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
+def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig) -> dict:
+    gens = [Generation.from_prompt(pair, p, cfg, drafter).run() for p in PROMPTS]
+    tokens = sum(len(g.token_ids) for g in gens)
+    wall = sum(g.summary().wall_s for g in gens)
+    drafted = sum(g.summary().drafted for g in gens)
+    cs = sorted(c for c in map(draft_cost_ratio, gens) if c is not None)
+    return {"tok_s": tokens / wall, "tokens": tokens,
+            "acceptance": sum(g.summary().accepted for g in gens) / drafted if drafted else None,
+            "tokens_per_round": tokens / sum(len(g.rounds) for g in gens),
+            "c_median": cs[len(cs) // 2] if cs else None, "token_ids": [g.token_ids for g in gens]}
+
+
+def compile_draft(pair: ModelPair, vocab: int) -> dict:
+    """inductor on each draft layer's forward (dynamic shapes: the cache length grows)."""
+    draft = pair.draft
+    eager = interleaved_ms({"eager": draft}, vocab)["eager"]
+    originals = [layer.forward for layer in draft.layers]
+    for layer in draft.layers:
+        layer.forward = torch.compile(layer.forward, dynamic=True)
+    t0 = time.perf_counter()
+    try:
+        lm = CachedLM(draft, vocab)
+        ids = context_ids(vocab, [1])
+        lm.prefill(ids[:CONTEXT])
+        lm.forward(ids[CONTEXT:CONTEXT + 1], keep=1)
+        compile_s = time.perf_counter() - t0
+        compiled = interleaved_ms({"compiled": draft}, vocab)["compiled"]
+        return {"eager_ms": eager, "compiled_ms": compiled, "compile_s": compile_s}
+    except Exception as e:  # noqa: BLE001 - what failed is the measurement
+        return {"eager_ms": eager, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+    finally:
+        for layer, f in zip(draft.layers, originals):
+            layer.forward = f
+        torch._dynamo.reset()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="draft levers only, 2 prompts x 48 tokens")
+    ap.add_argument("--compile", action="store_true", help="also torch.compile the draft (minutes on 2 cores)")
     args = ap.parse_args(argv)
+    log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
     cpu = torch.device("cpu")
-    pair = load_pair(device="cpu")          # for the environment record and the vocabulary
+    pair = load_pair(device="cpu")  # the default pair: the verifier and draft the calibration chose
     env, vocab = environment(pair), pair.vocab_size
-    del pair
-    results = {}
+    results, verifier = {}, {}
 
-    def measure(label, name, precision: Precision, role, **kw):
-        model, _ = load_model(name, cpu, precision, role, **kw)
-        results[label] = forward_ms(model, vocab)
-        print(f"{label:60s} " + " ".join(f"{x:7.1f}" for x in results[label]), file=sys.stderr, flush=True)
+    # 1a. the draft's variants, interleaved: representation, kernel, output rows, batch invariance
+    default = pair.draft_precision
+    variants = {f"{v.label}{' (default)' if v.label == default.label else ''}": (v, 0, "draft")
+                for v in cpu_variants() if not v.transposed}
+    variants[f"{default.label}, output layer cut to {CUT} ids"] = (default, CUT, "draft")
+    variants[f"{default.label}, batch-invariant (as a verifier)"] = (default, 0, "target")
+    drafts = {}
+    for label, (prec, cut, role) in variants.items():
+        drafts[label] = (load_model(DEFAULT_DRAFT, cpu, prec, role, draft_vocab=cut)[0], prec)
+    for rows in (1, 7):
+        for label, ms in interleaved_ms({k: m for k, (m, _) in drafts.items()}, vocab, rows).items():
+            results.setdefault(f"draft, lean forward, {label}", {})[rows] = ms
+    for label, ms in results.items():
+        log(f"{label:70s} 1 row {ms[1]:6.1f} ms, 7 rows {ms[7]:6.1f} ms")
+
+    # 2. end to end with each draft that could win, the hybrid drafter and the sampling fast path
+    n = 48 if args.quick else 128
+    global PROMPTS
+    PROMPTS = PROMPTS[:2] if args.quick else PROMPTS
+    cfg = DecodeConfig(max_new_tokens=n)
+    Generation.from_prompt(pair, "def warmup():", DecodeConfig(max_new_tokens=8), "model").run()
+    e2e = {"verifier only": end_to_end(pair, "none", cfg)}
+    base_ids = e2e["verifier only"]["token_ids"]
+    for label, (model, prec) in drafts.items():
+        if "batch-invariant" in label or prec.name in ("float32",):
+            continue
+        p = ModelPair(pair.target, pair.tokenizer, model, pair.target_name, DEFAULT_DRAFT, vocab, cpu,
+                      pair.precision, prec)
+        e2e[f"draft {label}"] = end_to_end(p, "model", cfg)
+    e2e["hybrid drafter (lookup, else the default draft)"] = end_to_end(pair, "hybrid", cfg)
+    ModelDrafter.fast_greedy = False
+    try:  # the general path: q built, and the confidence read, per drafted token
+        e2e["default draft, q and confidence per token at T = 0 (no fast path)"] = end_to_end(pair, "model", cfg)
+    finally:
+        ModelDrafter.fast_greedy = True
+    for label, r in e2e.items():
+        r["identical_to_verifier_only"] = r.pop("token_ids") == base_ids
+        log(f"{label:70s} {r['tok_s']:6.2f} tok/s  c {r['c_median'] or 0:.3f}  acceptance {r['acceptance'] or 0:.2f}"
+            f"  identical {r['identical_to_verifier_only']}")
+    del drafts
+    gc.collect()
+
+    compiled = compile_draft(pair, vocab) if args.compile else None
+    if compiled:
+        log(f"torch.compile of the draft's layers: {compiled}")
+
+    # 1b. the verifier, one representation at a time (each is 1.5-6 GB)
+    if not args.quick:
+        for v in cpu_variants():
+            if v.transposed:
+                continue
+            model, _ = load_model(DEFAULT_TARGET, cpu, v, "target")
+            verifier[f"verifier, lean forward, {v.label}"] = forward_ms(model, vocab)
+            log(f"verifier {v.label:30s} " + " ".join(f"{x:7.1f}" for x in verifier[f'verifier, lean forward, {v.label}']))
+            del model
+            gc.collect()
+        directory = str(cache_root() / EMBEDDED[DEFAULT_TARGET].sha256[:16] / "converted-float32")
+        model, _ = load_model(directory, cpu, pair.precision, "target")
+        verifier[f"verifier, transformers' forward, {pair.precision.label}"] = forward_ms(model, vocab)
         del model
-        gc.collect()
-
-    for name in cpu_candidates():
-        measure(f"verifier, lean forward, {name}", DEFAULT_TARGET, choose(cpu, name), "target")
-    int8 = choose(cpu, "int8") if "int8" in cpu_candidates() else choose(cpu, "float32")
-    directory = str(cache_root() / EMBEDDED[DEFAULT_TARGET].sha256[:16] / "converted-float32")
-    measure(f"verifier, transformers' forward, {int8.name}", directory, int8, "target")
-    measure(f"draft, lean forward, {int8.name}, batch-invariant (as a verifier)", DEFAULT_DRAFT, int8, "target")
-    measure(f"draft, lean forward, {int8.name} (default)", DEFAULT_DRAFT, int8, "draft")
-    measure(f"draft, lean forward, {int8.name}, output layer cut to 32768 ids", DEFAULT_DRAFT, int8, "draft",
-            draft_vocab=32768)
     out = args.out or ROOT / "benchmarks" / "results" / f"levers-{env['cpu_slug']}.json"
-    write_json(out, {"benchmark": "levers", **env, "rows": list(ROWS), "context": CONTEXT, "forward_ms": results})
-    print(f"wrote {out}", file=sys.stderr)
+    write_json(out, {"benchmark": "levers", **env, "quick": args.quick, "rows": list(ROWS), "context": CONTEXT,
+                     "forward_ms": verifier, "draft_forward_ms": results, "end_to_end": e2e,
+                     "end_to_end_settings": {"prompts": PROMPTS, "max_new_tokens": n, "k": cfg.k,
+                                             "confidence": cfg.confidence, "temperature": 0.0},
+                     "compile": compiled})
+    log(f"wrote {out}")
     return 0
 
 

@@ -21,13 +21,15 @@ def _fmt(x, kind: str) -> str:
 
 
 def _table(group: dict, with_speedup: bool = True) -> list[str]:
-    lines = ["| method | tok/s | speedup vs verifier-only (geomean) | acceptance | tokens/round | time outside forwards "
-             "| same tokens as verifier-only |", "|---|---:|---:|---:|---:|---:|:---:|"]
+    lines = ["| method | tok/s | speedup vs verifier-only (geomean) | acceptance | tokens/round | c (median) "
+             "| time outside forwards | same tokens as verifier-only |", "|---|---:|---:|---:|---:|---:|---:|:---:|"]
     for name, e in group.items():
-        same = "yes" if e.get("identical_to_base") else "no (sampling)" if "T=0.7" in name else "no"
+        same = ("yes" if e.get("identical_to_base") else "no (sampling)" if "T=0.7" in name else
+                "–" if e.get("identical_to_base") is None else "no")
+        acceptance = e.get("acceptance", e.get("acceptance_reported"))
         lines.append(f"| {name} | {e['tok_s']:.2f} | {_fmt(e['speedup_geomean'], 'x') if with_speedup else '–'} "
-                     f"| {_fmt(e.get('acceptance'), '%')} | {_fmt(e.get('tokens_per_round'), 'f')} "
-                     f"| {_fmt(e.get('overhead_share'), '%')} | {same} |")
+                     f"| {_fmt(acceptance, '%')} | {_fmt(e.get('tokens_per_round'), 'f')} "
+                     f"| {_fmt(e.get('c_median'), 'f')} | {_fmt(e.get('overhead_share'), '%')} | {same} |")
     return lines
 
 
@@ -36,14 +38,19 @@ def throughput_block(d: dict) -> str:
     out = [f"#### {hw['cpu']} ({', '.join(hw['cpu_flags']) or 'no AVX2'}; torch ISA {hw['torch_isa']}), "
            f"{hw['cores']} cores, {hw['torch_threads']} threads",
            "",
-           f"Precision **{d['precision']}** — {d['precision_reason']}. torch {v['torch']}, transformers "
+           f"Precision **{d['precision']}** — {d['precision_reason']}."
+           + (f" Draft precision **{d['draft_precision']}** — {d['draft_precision_reason']}."
+              if d.get("draft_precision") else "") + f" torch {v['torch']}, transformers "
            f"{v['transformers']}, commit `{d['commit']}`, {d['date']}{' (quick run)' if d.get('quick') else ''}. "
            f"K = {s['k']}, confidence {s['confidence']}, {s['max_new_tokens']} new tokens, "
            f"{len(s['code_prompts'])} code + {len(s['prose_prompts'])} prose prompts; transformers on the first "
-           f"{len(s['transformers_prompts'])} code prompts. llama.cpp: {d['llama_cpp']}.",
+           f"{len(s['transformers_prompts'])} code prompts. llama.cpp: {d['llama_cpp']}"
+           + (f"; its speculation: {d['llama_cpp_speculative']} (decode time only, as it reports it; its acceptance "
+              "is its own figure)" if "llama_cpp_speculative" in d else "") + ". c is the draft phase's time per "
+           "drafted token over the verify phase's time per round, from the engine's trace.",
            "", "| headline | value |", "|---|---:|"]
     for name, value in d["headline"].items():
-        kind = "f" if "GiB" in name else "%" if "time outside" in name else "x"
+        kind = "f" if "GiB" in name or name.startswith("c =") else "%" if "time outside" in name else "x"
         out.append(f"| {name} | {_fmt(value, kind)} |")
     for group, rows in d["summary"].items():
         out += ["", f"**{group}**", ""] + _table(rows)
@@ -53,19 +60,48 @@ def throughput_block(d: dict) -> str:
                     f"(sha256 `{fid['text_sha256'][:12]}`):", "",
                 "| precision | top-1 agreement | mean KL (nats) |", "|---|---:|---:|"]
         for name, f in fid["precisions"].items():
-            out.append(f"| {name} | {f['top1_agreement']:.1%} | {f['mean_kl']:.4f} |")
+            out.append(f"| verifier, {name} | {f['top1_agreement']:.1%} | {f['mean_kl']:.4f} |")
+        for name, f in (fid.get("draft_precisions") or {}).items():
+            out.append(f"| draft, {name} (against the float32 draft) | {f['top1_agreement']:.1%} | {f['mean_kl']:.4f} |")
     return "\n".join(out)
 
 
 def levers_block(d: dict) -> str:
     hw = d["hardware"]
-    out = [f"#### Levers on {hw['cpu']} ({', '.join(hw['cpu_flags'])}), commit `{d['commit']}`", "",
-           "Median ms of one forward with a 200-token context, by rows fed (1 = decoding, K+1 = verifying):", "",
-           "| model, representation | " + " | ".join(f"{m} rows" for m in d["rows"]) + " |",
-           "|---|" + "---:|" * len(d["rows"])]
-    for name, ms in d["forward_ms"].items():
-        out.append(f"| {name} | " + " | ".join(f"{x:.1f}" for x in ms) + " |")
-    return "\n".join(out)
+    out = [f"#### Levers on {hw['cpu']} ({', '.join(hw['cpu_flags'])}), commit `{d['commit']}`", ""]
+    if d["forward_ms"]:
+        out += [f"Median ms of one forward with a {d['context']}-token context, by rows fed "
+                "(1 = decoding, K+1 = verifying):", "",
+                "| model, representation | " + " | ".join(f"{m} rows" for m in d["rows"]) + " |",
+                "|---|" + "---:|" * len(d["rows"])]
+        for name, ms in d["forward_ms"].items():
+            out.append(f"| {name} | " + " | ".join(f"{x:.1f}" for x in ms) + " |")
+        out.append("")
+    if d.get("draft_forward_ms"):
+        out += ["Median ms of one draft forward, the variants timed in turn (interleaved):", "",
+                "| draft variant | 1 row | 7 rows |", "|---|---:|---:|"]
+        for name, ms in d["draft_forward_ms"].items():
+            out.append(f"| {name} | {ms['1']:.1f} | {ms['7']:.1f} |")
+        out.append("")
+    if d.get("end_to_end"):
+        st = d["end_to_end_settings"]
+        out += [f"End to end, {len(st['prompts'])} held-out code prompts x {st['max_new_tokens']} new tokens, "
+                f"K = {st['k']}, confidence {st['confidence']}, T = 0 (c: draft time per drafted token over "
+                "verify time per round, median over prompts):", "",
+                "| configuration | tok/s | acceptance | tokens/round | c | same tokens as verifier-only |",
+                "|---|---:|---:|---:|---:|:---:|"]
+        for name, e in d["end_to_end"].items():
+            out.append(f"| {name} | {e['tok_s']:.2f} | {_fmt(e['acceptance'], '%')} | "
+                       f"{_fmt(e['tokens_per_round'], 'f')} | {_fmt(e['c_median'], 'f')} | "
+                       f"{'yes' if e['identical_to_verifier_only'] else 'no'} |")
+        out.append("")
+    c = d.get("compile")
+    if c:
+        out.append(f"`torch.compile` of the draft's layers (inductor, dynamic shapes): " + (
+            f"failed: {c['error']}" if "error" in c else
+            f"first call {c['compile_s']:.0f} s, then {c['compiled_ms']:.1f} ms a forward against "
+            f"{c['eager_ms']:.1f} ms eager."))
+    return "\n".join(out).rstrip()
 
 
 def _machine(d: dict) -> str:

@@ -1,7 +1,9 @@
 """Throughput, memory and fidelity of the default configuration on the machine at hand, against
 our own verifier-only decoding, transformers (greedy and assisted generation, same weights and
-kernels) and llama.cpp (same GGUF files, same thread count), in one run. Writes JSON;
-``benchmarks/report.py`` turns it into the README tables.
+kernels) and llama.cpp (greedy, and its own draft-model speculation ``llama-speculative-simple``
+at several draft lengths: same GGUF files, same thread count), in one run. Every speculative run
+reports c, the draft's cost per drafted token over the verifier's cost per round, from the
+engine's own trace. Writes JSON; ``benchmarks/report.py`` turns it into the README tables.
 
     python -m benchmarks.throughput            # full: 8 prompts x 128 tokens (~25 min on 2 cores)
     python -m benchmarks.throughput --quick    # 3 prompts x 48 tokens, no sweeps (~5 min)
@@ -10,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
 import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -22,7 +27,7 @@ from benchmarks.fidelity import fidelity
 from specdec import DecodeConfig, Generation, SamplingConfig, load_pair
 from specdec.embedded import EMBEDDED, cache_root
 from specdec.settings import add_model_arguments, models_from_args
-from specdec.precision import cpu_candidates
+from specdec.precision import Precision, cpu_timings, cpu_variants
 
 CODE = [
     "Write a Python function that returns the n-th Fibonacci number.",
@@ -39,13 +44,31 @@ PROSE = [
 SAMPLED = SamplingConfig(temperature=0.7, top_p=0.95)
 
 
+SPEC_N_MAX = (3, 6, 8)  # llama.cpp's draft lengths tried; its best counts
+
+
+def draft_cost_ratio(gen) -> float | None:
+    """c = (draft phase time per drafted token) / (verify phase time per round), over the rounds
+    that drafted: the draft's sampling and bookkeeping count, prompt lookup's zero-cost drafts too."""
+    rounds = [r for r in gen.rounds if r.positions]
+    drafted = sum(len(r.positions) for r in rounds)
+    if not drafted:
+        return None
+    verify = sum(r.times.verify for r in rounds) / len(rounds)
+    return (sum(r.times.draft for r in rounds) / drafted) / verify
+
+
 def ours(pair, prompt, cfg, drafter):
     gen = Generation.from_prompt(pair, prompt, cfg, drafter).run()
     s = gen.summary()
-    return {"tokens": s.new_tokens, "wall_s": s.wall_s, "tok_s": s.tokens_per_s, "rounds": s.rounds,
-            "target_forwards": s.target_forwards, "drafted": s.drafted, "accepted": s.accepted,
-            "acceptance": s.acceptance_rate, "tokens_per_round": s.mean_tokens_per_round,
-            "overhead_share": s.overhead_share, "phase_totals": s.phase_totals, "token_ids": gen.token_ids}
+    out = {"tokens": s.new_tokens, "wall_s": s.wall_s, "tok_s": s.tokens_per_s, "rounds": s.rounds,
+           "target_forwards": s.target_forwards, "drafted": s.drafted, "accepted": s.accepted,
+           "acceptance": s.acceptance_rate, "tokens_per_round": s.mean_tokens_per_round,
+           "overhead_share": s.overhead_share, "phase_totals": s.phase_totals, "token_ids": gen.token_ids,
+           "c": draft_cost_ratio(gen)}
+    if drafter == "hybrid":
+        out["lookup_rounds"] = sum(r.drafted_by == "lookup" for r in gen.rounds)
+    return out
 
 
 @torch.inference_mode()
@@ -86,6 +109,48 @@ def llama_cpp_runner(threads: int):
     return run, None
 
 
+def llama_speculative_binary() -> Path | None:
+    """``llama-speculative-simple`` as ``scripts/build-llama-speculative.sh`` builds it (``make bench``)."""
+    found = list((cache_root()).glob("llama.cpp-*/build/bin/llama-speculative-simple"))
+    return found[0] if found else None
+
+
+def llama_speculative_runner(threads: int):
+    """llama.cpp's own draft-model speculation on the same two GGUF files, greedy; decode speed
+    as it reports it ("decoded N tokens in S seconds") and its acceptance; None and the reason
+    if the binary is missing."""
+    binary = llama_speculative_binary()
+    if binary is None:
+        return None, "llama-speculative-simple is not built; `make bench` builds it (scripts/build-llama-speculative.sh)"
+    gguf = {role: cache_root() / EMBEDDED[name].sha256[:16] / "model.gguf"
+            for role, name in (("target", "embedded:qwen2.5-coder-1.5b-instruct"),
+                               ("draft", "embedded:qwen2.5-coder-0.5b-instruct"))}
+
+    def run(pair, prompt, max_new, n_max):
+        text = pair.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                  add_generation_prompt=True)
+        cmd = [str(binary), "-m", str(gguf["target"]), "-md", str(gguf["draft"]), "--spec-type", "draft-simple",
+               "--spec-draft-n-max", str(n_max), "-t", str(threads), "-td", str(threads), "-n", str(max_new),
+               "--temp", "0", "-c", "2048", "-p", text]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "LLAMA_LOG_COLORS": "0"})
+        if out.returncode != 0:  # a crash is a failure of the benchmark, never a skip
+            raise RuntimeError(f"llama-speculative-simple failed (exit {out.returncode}): {(out.stdout + out.stderr)[-600:]}")
+        return {**parse_speculative_log(out.stdout + out.stderr), "n_max": n_max}
+    return run, None
+
+
+def parse_speculative_log(log: str) -> dict:
+    """llama-speculative-simple's own figures: "decoded N tokens in S seconds, speed: X t/s" (the
+    decode phase only, the prompt excluded) and "accept = P%"."""
+    decoded = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", log)
+    accept = re.search(r"accept\s+=\s+([\d.]+)%", log)
+    if decoded is None:
+        raise RuntimeError(f"llama-speculative-simple printed no decode speed: {log[-600:]}")
+    n, secs = int(decoded.group(1)), float(decoded.group(2))
+    return {"tokens": n, "wall_s": secs, "tok_s": n / secs, "decode_only": True,
+            "acceptance": float(accept.group(1)) / 100 if accept else None}
+
+
 def peak_memory_of_default_run(max_new: int) -> float:
     """Peak resident memory (GiB) of `python -m specdec generate` with both models loaded."""
     subprocess.run([sys.executable, "-m", "specdec", "generate", "--prompt", CODE[0], "--max-new-tokens",
@@ -107,7 +172,13 @@ def aggregate(rows: list[dict], method: str, base: str, prompts: list[str]) -> d
     tok, wall = sum(r["tokens"] for r in sel.values()), sum(r["wall_s"] for r in sel.values())
     out = {"prompts": len(sel), "tokens": tok, "tok_s": tok / wall,
            "speedup_geomean": geomean([sel[p]["tok_s"] / ref[p]["tok_s"] for p in sel if p in ref]),
-           "identical_to_base": all(sel[p]["token_ids"] == ref[p]["token_ids"] for p in sel if p in ref)}
+           "identical_to_base": (all(sel[p]["token_ids"] == ref[p]["token_ids"] for p in sel if p in ref)
+                                 if all("token_ids" in r for r in sel.values()) else None)}
+    cs = sorted(r["c"] for r in sel.values() if r.get("c") is not None)
+    if cs:
+        out["c_median"] = cs[len(cs) // 2]
+    if all(r.get("acceptance") is not None and "drafted" not in r for r in sel.values()):
+        out["acceptance_reported"] = sum(r["acceptance"] for r in sel.values()) / len(sel)  # llama.cpp's own figure
     drafted = sum(r.get("drafted", 0) for r in sel.values())
     if drafted:
         out["acceptance"] = sum(r["accepted"] for r in sel.values()) / drafted
@@ -145,10 +216,20 @@ def main(argv=None) -> int:
         rows.append(r)
         log(f"{method:44s} {r['tok_s']:6.2f} tok/s  {r['tokens']:4d} tokens  {prompt[:40]}")
 
+    # the fastest verifier-only configuration here: the representation fastest at one row, which
+    # need not be the default (chosen for 1 + K+1 rows); speculation is judged against it too
+    timings = cpu_timings(args.k) if pair.device.type == "cpu" else {}
+    fastest = min(timings, key=lambda n: timings[n][0]) if timings else pair.precision.label
+    solo = (load_pair(pair.target_name, None, "cpu", Precision.from_label(fastest).name, k=args.k)
+            if fastest != pair.precision.label else None)
+    fastest_base = f"verifier only, {fastest} (the fastest verifier-only here)"
     for prompt in code + prose:
         record("verifier only (ours)", prompt, ours(pair, prompt, cfg, "none"))
+        if solo is not None:
+            record(fastest_base, prompt, ours(solo, prompt, cfg, "none"))
         record("speculative, draft model (ours)", prompt, ours(pair, prompt, cfg, "model"))
         record("speculative, prompt lookup (ours)", prompt, ours(pair, prompt, cfg, "lookup"))
+        record("speculative, hybrid: lookup, else model (ours)", prompt, ours(pair, prompt, cfg, "hybrid"))
     for prompt in code:
         record("verifier only, T=0.7 top-p 0.95 (ours)", prompt, ours(pair, prompt, sampled, "none"))
         record("speculative, T=0.7 top-p 0.95 (ours)", prompt, ours(pair, prompt, sampled, "model"))
@@ -162,6 +243,12 @@ def main(argv=None) -> int:
     if llama is not None:
         for prompt in code + prose:
             record("llama.cpp greedy (same GGUF)", prompt, llama(pair, prompt, n))
+    llama_spec, why_not_spec = llama_speculative_runner(torch.get_num_threads())
+    if llama_spec is not None:
+        for n_max in SPEC_N_MAX[:2] if args.quick else SPEC_N_MAX:
+            for prompt in code + prose:
+                record(f"llama.cpp speculative, draft-simple n_max {n_max} (same GGUF pair)", prompt,
+                       llama_spec(pair, prompt, n, n_max))
 
     # transformers on the very same weights and kernels: its own forward, our packed Linear layers.
     hf_prompts = code[:2]
@@ -194,11 +281,15 @@ def main(argv=None) -> int:
         summary["prose"][method] = aggregate(rows, method, base, prose)
     summary = {k: {m: e for m, e in v.items() if e} for k, v in summary.items()}
     spec = "speculative, draft model (ours)"
+    fastest_measured = max([base] + ([fastest_base] if solo is not None else []),
+                           key=lambda m: summary["code"][m]["tok_s"])
     best_assisted = max((m for m in summary["code"] if m.startswith("transformers assisted")),
                         key=lambda m: summary["code"][m]["tok_s"])
     ours_on_hf_prompts = aggregate(rows, spec, base, hf_prompts)["tok_s"]
     headline = {
         "speculative vs verifier-only, code (geomean)": summary["code"][spec]["speedup_geomean"],
+        "speculative vs the fastest verifier-only configuration measured, code (geomean)": (
+            aggregate(rows, spec, fastest_measured, code)["speedup_geomean"]),
         "speculative vs verifier-only, prose (geomean)": summary["prose"][spec]["speedup_geomean"],
         "speculative vs verifier-only, code, T=0.7 (geomean)":
             summary["code, T=0.7 top-p 0.95"]["speculative, T=0.7 top-p 0.95 (ours)"]["speedup_geomean"],
@@ -207,15 +298,25 @@ def main(argv=None) -> int:
         "peak resident memory, default run (GiB)": memory,
         "time outside model forwards, speculative": summary["code"][spec].get("overhead_share"),
     }
+    cs = [r["c"] for r in rows if r["method"] == spec and r.get("c") is not None]
+    headline["c = draft cost per drafted token / verify cost per round, speculative (median)"] = (
+        sorted(cs)[len(cs) // 2] if cs else None)
     if llama is not None:
         ll = aggregate(rows, "llama.cpp greedy (same GGUF)", base, code + prose)["tok_s"]
         headline["verifier-only vs llama.cpp greedy"] = aggregate(rows, base, base, code + prose)["tok_s"] / ll
         headline["speculative vs llama.cpp greedy"] = aggregate(rows, spec, base, code + prose)["tok_s"] / ll
+    if llama_spec is not None:
+        spec_methods = [m for m in summary["code"] if m.startswith("llama.cpp speculative")]
+        best = max(spec_methods, key=lambda m: aggregate(rows, m, base, code + prose)["tok_s"])
+        headline[f"speculative vs llama.cpp's own speculation at its best ({best})"] = (
+            aggregate(rows, spec, base, code + prose)["tok_s"] / aggregate(rows, best, base, code + prose)["tok_s"])
     log("measuring fidelity against the float32 dequantized models")
-    fid = {} if args.quick else fidelity(pair, [p for p in cpu_candidates() if p != "float32"])
+    fid = {} if args.quick else fidelity(pair, [v.label for v in cpu_variants() if v.name != "float32"],
+                                         [pair.draft_precision.label] if pair.draft_precision else [])
     out = args.out or ROOT / "benchmarks" / "results" / f"throughput-{env['cpu_slug']}.json"
-    write_json(out, {"benchmark": "throughput", **env, "quick": args.quick,
+    write_json(out, {"benchmark": "throughput", **env, "quick": args.quick, "fastest_verifier_only": fastest_measured,
                      "llama_cpp": "measured" if llama is not None else why_not,
+                     "llama_cpp_speculative": "measured" if llama_spec is not None else why_not_spec,
                      "settings": {"k": args.k, "confidence": args.confidence, "max_new_tokens": n,
                                   "code_prompts": code, "prose_prompts": prose,
                                   "sampled": {"temperature": SAMPLED.temperature, "top_p": SAMPLED.top_p},

@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                             chat_template=not args.no_chat_template)
         pair = asked.models.load(progress=log, k=asked.decode.k, drafter=asked.drafter)
         print(f"precision {pair.precision.reason}", file=sys.stderr)
+        if pair.draft_precision is not None:
+            print(f"draft precision {pair.draft_precision.reason}", file=sys.stderr)
         # the record names what actually ran: the resolved device and precision, not "auto"
         settings = RunSettings(asked.prompt, asked.drafter, asked.decode, ModelChoice.of(pair), asked.chat_template)
 

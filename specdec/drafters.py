@@ -25,7 +25,7 @@ import torch
 from .cache import CachedLM
 from .config import SamplingConfig
 from .devices import Clock
-from .sampling import draw, probs_from_logits, sample
+from .sampling import NumericalError, draw, probs_from_logits, sample
 
 # Why a proposal ended. LIMIT: it drafted as many tokens as it was asked for (the engine tells K
 # from the round's budget); CONFIDENCE: the draft's confidence in its last token was below the
@@ -33,6 +33,7 @@ from .sampling import draw, probs_from_logits, sample
 # COPY_END: prompt lookup copied all that followed its match; NOTHING: verifier only.
 LIMIT, CONFIDENCE, STOP_TOKEN, NO_MATCH, COPY_END, NOTHING = (
     "limit", "confidence", "stop_token", "no_match", "copy_end", "nothing")
+LOOKUP, MODEL = "lookup", "model"  # who drafted a hybrid drafter's proposal
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Proposal:
     forward_s: float = 0.0   # wall time inside model forwards
     stopped: str = LIMIT     # why drafting ended (LIMIT, CONFIDENCE, ...)
     confidence: tuple[float, ...] = ()  # per token: what the confidence test read (model drafter only)
+    source: str = ""         # LOOKUP or MODEL for a hybrid drafter's proposal; "" otherwise
 
 
 def mix_uniform(q: torch.Tensor, noise: float) -> torch.Tensor:
@@ -87,10 +89,14 @@ class NoDrafter(Drafter):
 class ModelDrafter(Drafter):
     """A small causal LM drafting autoregressively with its own KV cache."""
 
+    fast_greedy = True  # T = 0 without noise: argmax per token, q built once per round (benchmarks turn it off)
+
     def __init__(self, model, vocab_size: int, clock: Clock, stop_ids: frozenset[int] = frozenset()):
         self.cache, self.clock, self.stop_ids = CachedLM(model, vocab_size), clock, stop_ids
 
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
+        if sampling.greedy and not noise and self.fast_greedy:
+            return self._propose_greedy(context, k, confidence)
         feed = context[len(self.cache):]  # the last context token, plus a token it missed
         tokens, dists, confidences, forward_s, stopped = [], [], [], 0.0, LIMIT
         for _ in range(k):
@@ -112,6 +118,36 @@ class ModelDrafter(Drafter):
                 break
         probs = torch.cat(dists) if dists else torch.zeros(0, self.cache.vocab_size)
         return Proposal(tokens, probs, forward_s, stopped, tuple(confidences))
+
+    def _propose_greedy(self, context, k, confidence) -> Proposal:
+        """T = 0 without noise: q is one-hot at the argmax, so the hot path per drafted token is
+        the forward and one argmax; q, the NaN check and the confidences for the trace are built
+        once per round from the stacked logits (the confidence only per token when it can stop
+        the drafting)."""
+        feed = context[len(self.cache):]
+        tokens, rows, forward_s, stopped = [], [], 0.0, LIMIT
+        for _ in range(k):
+            t0 = self.clock()
+            logits = self.cache.forward(feed, keep=1)     # (1, V)
+            forward_s += self.clock() - t0
+            token = int(logits[0].argmax())
+            tokens.append(token)
+            rows.append(logits)
+            feed = [token]
+            if token in self.stop_ids:
+                stopped = STOP_TOKEN
+                break
+            if confidence and top_probability(logits[0]) < confidence:
+                stopped = CONFIDENCE
+                break
+        if not tokens:
+            return Proposal([], torch.zeros(0, self.cache.vocab_size), forward_s, stopped)
+        logits = torch.cat(rows).float()                                          # (K, V)
+        if torch.isnan(logits).any():
+            raise NumericalError("the model produced NaN logits; try another precision (--precision float32)")
+        probs = torch.nn.functional.one_hot(torch.tensor(tokens), logits.shape[-1]).float()  # (K, V)
+        confidences = torch.exp(-torch.logsumexp(logits - logits.amax(-1, keepdim=True), -1))  # (K,)
+        return Proposal(tokens, probs, forward_s, stopped, tuple(confidences.tolist()))
 
 
 class LookupDrafter(Drafter):
@@ -155,3 +191,25 @@ class LookupDrafter(Drafter):
                     if end:
                         return follow[:end]
         return []
+
+
+class HybridDrafter(Drafter):
+    """Prompt lookup where it finds something to copy, the draft model everywhere else.
+
+    Copied text (a function name, a repeated line, an edited snippet) costs no draft forward at
+    all (c = 0); elsewhere the model drafts as usual. Which one drafts depends on the context
+    alone, never on the verifier, so the rule stays lossless: a lookup proposal carries its
+    one-hot q, a model proposal the model's q. The model's cache simply catches up on the tokens
+    it missed in its next forward."""
+
+    def __init__(self, lookup: LookupDrafter, model: ModelDrafter, min_copy: int = 2):
+        self.lookup, self.model, self.min_copy = lookup, model, min_copy
+        self.cache = model.cache
+
+    def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
+        copied = self.lookup._lookup(context, k)
+        if len(copied) >= min(self.min_copy, k):
+            p = self.lookup.propose(context, k, sampling, generator, confidence, noise)
+            return Proposal(p.tokens, p.probs, p.forward_s, p.stopped, p.confidence, LOOKUP)
+        p = self.model.propose(context, k, sampling, generator, confidence, noise)
+        return Proposal(p.tokens, p.probs, p.forward_s, p.stopped, p.confidence, MODEL)

@@ -9,8 +9,11 @@ per machine by capability checks and a cached one-time measurement. Representati
 * ``float32``      ``F.linear``; on some CPUs ``(W @ x^T)^T`` takes a faster MKL path for 2-16
                    rows, so the orientation is chosen by measurement (``transposed``).
 * ``bfloat16``     dense bf16 weights and activations (only where the CPU has native bf16).
-* ``int8``         weights int8 per output channel, activations int8 per row: fbgemm's integer
-                   GEMM (the same W8A8 scheme as llama.cpp's Q8 activation dot products). Integer
+* ``int8``         weights int8 per output channel, activations int8 per row (the same W8A8 scheme
+                   as llama.cpp's Q8 activation dot products), on one of two integer GEMMs chosen
+                   by measurement: oneDNN's (``Int8DnnLinear``: plain int8 tensors, VNNI/AMX, the
+                   op torch's own int8 inference uses) or fbgemm's (``Int8Linear``: it rests on
+                   torch's quantized-tensor type, deprecated in torch 2.10+). Integer
                    accumulation is exact, and each row gets its own activation scale, so a row's
                    result does not depend on which other rows share the batch: the verifier's
                    K+1-row forward and its 1-row forward agree exactly in these layers.
@@ -62,6 +65,17 @@ class PackedLinear(torch.nn.Module):
         """(rows, in) float32 -> (rows, out) float32 with the bias added."""
         raise NotImplementedError
 
+    def _options(self) -> dict:
+        """The keyword arguments of ``from_state`` that rebuild this very variant."""
+        return {}
+
+    def clone(self) -> PackedLinear:
+        """The same layer in fresh memory (calibration times copies so that none is in cache)."""
+        return self.from_state({k: v.clone() for k, v in self.state().items()}, self.bias, **self._options())
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.state().values())
+
     def extra_repr(self) -> str:
         return f"{self.kind}, in={self.in_features}, out={self.out_features}, bias={self.bias is not None}"
 
@@ -85,6 +99,9 @@ class DenseLinear(PackedLinear):
     @classmethod
     def from_state(cls, state, bias, transposed: bool = False):
         return cls(state["weight"], bias, transposed)
+
+    def _options(self):
+        return {"transposed": self.transposed}
 
     def _matmul(self, x):
         x = x.to(self.weight.dtype)
@@ -121,14 +138,7 @@ class Int8Linear(PackedLinear):
 
     @classmethod
     def from_weight(cls, weight, bias, batch_invariant: bool = True):
-        qweight = torch.empty(weight.shape, dtype=torch.int8)
-        scales = torch.empty(weight.shape[0])                                         # (out,)
-        # In slices of rows: whole-tensor temporaries of a 151936-row output layer would be GBs.
-        for r in range(0, weight.shape[0], 4096):
-            w = weight[r:r + 4096]
-            scales[r:r + 4096] = (w.abs().amax(1) / 127).clamp_min(1e-12)
-            qweight[r:r + 4096] = (w / scales[r:r + 4096, None]).round_().clamp_(-127, 127)
-        return cls(qweight, scales, bias, batch_invariant)
+        return cls(*quantize_rows(weight), bias, batch_invariant)
 
     def state(self):
         q, _ = torch.ops.quantized.linear_unpack(self._packed)
@@ -138,6 +148,9 @@ class Int8Linear(PackedLinear):
     def from_state(cls, state, bias, batch_invariant: bool = True):
         return cls(state["qweight"], state["scales"], bias, batch_invariant)
 
+    def _options(self):
+        return {"batch_invariant": self.batch_invariant}
+
     def _matmul(self, x):
         if not self.batch_invariant:
             return torch.ops.quantized.linear_dynamic(x, self._packed, True)
@@ -145,6 +158,66 @@ class Int8Linear(PackedLinear):
         xn = torch.cat([x / s, self._pin])                                           # (rows+1, in)
         y = torch.ops.quantized.linear_dynamic(xn, self._packed, True)[:-1]          # (rows, out)
         return y * s if self.bias is None else torch.addcmul(self.bias, y, s)
+
+
+def has_vnni(flags) -> bool:
+    """int8 dot products that accumulate straight into 32 bits (no 16-bit pairwise sums to saturate)."""
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags))
+
+
+class Int8DnnLinear(PackedLinear):
+    """W8A8 through oneDNN's int8 GEMM (``torch.ops.onednn.qlinear_pointwise``, VNNI or AMX), on
+    plain int8 tensors: none of torch's deprecated quantized-tensor functions.
+
+    Our code quantises each activation row on its own scale, x_q = round(127 x / max|x|), and
+    multiplies the row's scale back afterwards; oneDNN accumulates x_q . w_q exactly in int32 and
+    applies the per-channel weight scale elementwise. So a row's result never depends on the
+    other rows of the batch (the verifier's invariance), with no pin row. Offered only on CPUs
+    with VNNI or AMX (:func:`has_vnni`): without them the u8*s8 pairwise sums are 16-bit and can
+    saturate; there fbgemm's 7-bit path runs instead.
+    """
+
+    kind = "int8 (W8A8, oneDNN)"
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, bias, batch_invariant: bool = True):
+        super().__init__(qweight.shape[1], qweight.shape[0], bias)
+        self.batch_invariant = batch_invariant  # always true of this kernel; kept for the interface
+        self.scales = scales.float().contiguous()                                    # (out,)
+        self._packed = torch.ops.onednn.qlinear_prepack(qweight.contiguous(), None)  # the only copy: oneDNN's layout
+        self._zeros = torch.zeros(qweight.shape[0], dtype=torch.long)
+
+    @classmethod
+    def from_weight(cls, weight, bias, batch_invariant: bool = True):
+        return cls(*quantize_rows(weight), bias, batch_invariant)
+
+    def state(self):
+        return {"qweight": self._packed.to_dense().t().contiguous(), "scales": self.scales}
+
+    @classmethod
+    def from_state(cls, state, bias, batch_invariant: bool = True):
+        return cls(state["qweight"], state["scales"], bias, batch_invariant)
+
+    def _options(self):
+        return {"batch_invariant": self.batch_invariant}
+
+    def _matmul(self, x):
+        s = x.abs().amax(-1, keepdim=True).clamp_min_(1e-30).div_(127)               # (rows, 1)
+        xq = torch.div(x, s).round_().to(torch.int8)                                 # (rows, in), |xq| <= 127
+        y = torch.ops.onednn.qlinear_pointwise(xq, 1.0, 0, self._packed, self.scales, self._zeros, None,
+                                               1.0, 0, torch.float32, "none", [], "")   # (rows, out)
+        return y.mul_(s) if self.bias is None else torch.addcmul(self.bias, y, s)
+
+
+def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, in) float -> int8 weights and one scale per output row (symmetric, round to nearest)."""
+    qweight = torch.empty(weight.shape, dtype=torch.int8)
+    scales = torch.empty(weight.shape[0])                                              # (out,)
+    # In slices of rows: whole-tensor temporaries of a 151936-row output layer would be GBs.
+    for r in range(0, weight.shape[0], 4096):
+        w = weight[r:r + 4096].float()
+        scales[r:r + 4096] = (w.abs().amax(1) / 127).clamp_min(1e-12)
+        qweight[r:r + 4096] = (w / scales[r:r + 4096, None]).round_().clamp_(-127, 127)
+    return qweight, scales
 
 
 class Fp16Linear(PackedLinear):

@@ -20,7 +20,7 @@ from .config import ConfigError, DecodeConfig, validate_prompt
 from .devices import resolve_device
 from .embedded import EMBEDDED, DEFAULT_DRAFT, DEFAULT_TARGET, ModelLoadError, Progress, convert_embedded
 from .kernels import PackedLinear
-from .precision import Precision, choose
+from .precision import Precision, choose, choose_draft
 
 __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "EMBEDDED", "ModelLoadError", "ModelPair", "load_pair",
            "resolve_device"]
@@ -192,6 +192,7 @@ class ModelPair:
     vocab_size: int = 0
     device: torch.device = torch.device("cpu")
     precision: Precision = Precision("float32", "")
+    draft_precision: Precision | None = None  # the draft's own choice (None: as the verifier's)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # models are shared: serialise use
 
     def __post_init__(self):
@@ -298,31 +299,52 @@ def _return_freed_memory() -> None:
         pass  # not glibc: nothing to do
 
 
+def model_config(name: str, progress: Progress | None = None):
+    """The transformers config of an embedded name (converted first if need be), a local
+    directory or GGUF file, or a hub id."""
+    from transformers import AutoConfig
+    if name in EMBEDDED:
+        return AutoConfig.from_pretrained(str(convert_embedded(EMBEDDED[name], progress)))
+    path = Path(name).expanduser()
+    try:
+        if path.is_file() and path.suffix == ".gguf":
+            return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        return AutoConfig.from_pretrained(str(path) if path.exists() else name,
+                                          local_files_only=not path.exists() and not _hub_reachable())
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"draft: cannot read the config of {name!r} ({str(e).splitlines()[0][:160]}); "
+                             f"embedded models work offline: {', '.join(EMBEDDED)}") from None
+
+
 def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, device: str | None = None,
               precision: str | None = None, progress: Progress | None = None, k: int = DecodeConfig.k,
-              draft_vocab: int = DRAFT_VOCAB) -> ModelPair:
+              draft_vocab: int = DRAFT_VOCAB, draft_precision: str | None = "auto") -> ModelPair:
     """Load (once per process) the verifier and the draft model and check they can be paired.
 
-    ``precision`` is ``auto`` (measured per machine, see :mod:`specdec.precision`) or a name;
-    ``draft_vocab`` > 0 lets a lean draft score only that many ids (0: all)."""
+    ``precision`` (the verifier's) and ``draft_precision`` are ``auto`` (measured per machine and
+    per model, see :mod:`specdec.precision`) or a name; ``draft_vocab`` > 0 lets a lean draft
+    score only that many ids (0: all)."""
     dev = resolve_device(device)
+    if progress and dev.type == "cpu":
+        progress(0.0, "choosing kernels for this CPU (timed once per machine, about two minutes, then cached)")
     prec = choose(dev, precision, k)
     if not (isinstance(draft_vocab, int) and draft_vocab >= 0):
         raise ConfigError(f"draft_vocab must be an integer >= 0, 0 for the full vocabulary (got {draft_vocab!r})")
-    key = (target, draft, str(dev), prec.name, prec.transposed, draft_vocab)
+    sub = (lambda lo, hi: (lambda f, m: progress(lo + (hi - lo) * f, m))) if progress else (lambda lo, hi: None)
+    dprec = choose_draft(dev, draft_precision, model_config(draft, sub(0.5, 0.6))) if draft else None
+    key = (target, draft, str(dev), prec.label, dprec and dprec.label, draft_vocab)
     with _PAIRS_LOCK:
         if key in _PAIRS:
             return _PAIRS[key]
         _return_freed_memory()
-        sub = (lambda lo, hi: (lambda f, m: progress(lo + (hi - lo) * f, m))) if progress else (lambda lo, hi: None)
         target_model, tokenizer = load_model(target, dev, prec, "target", sub(0.0, 0.5 if draft else 1.0))
         draft_model = None
         if draft:
-            draft_model, draft_tok = load_model(draft, dev, prec, "draft", sub(0.5, 1.0), draft_vocab)
+            draft_model, draft_tok = load_model(draft, dev, dprec, "draft", sub(0.5, 1.0), draft_vocab)
             vocab = check_compatible(tokenizer, draft_tok, output_rows(target_model), output_rows(draft_model))
         else:
             vocab = min(len(tokenizer), output_rows(target_model))
-        pair = ModelPair(target_model, tokenizer, draft_model, target, draft, vocab, dev, prec)
+        pair = ModelPair(target_model, tokenizer, draft_model, target, draft, vocab, dev, prec, dprec)
         if progress:
             progress(1.0, "models ready")
         _PAIRS[key] = pair

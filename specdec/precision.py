@@ -1,12 +1,19 @@
 """Which weight representation runs on this machine: chosen by capability checks and a cached
-one-time measurement, never from one machine's numbers.
+one-time measurement, never from one machine's numbers; for the verifier and the draft apart.
 
 The fastest kernel differs by CPU: on an AVX2-only AMD EPYC bf16 matmuls are emulated (slow) and
-fbgemm's int8 GEMM is 10x faster than float32; on a Xeon with AMX, bf16 is native. So on a CPU
-``auto`` times every available representation on one verifier-sized layer (1536 -> 8960) at 1 row
-(verifier-only decoding, drafting) and K+1 rows (one verification), picks the lowest sum, and
-caches the result per CPU model, flags and torch version. GPUs take their native half precision.
-The choice and the reason are one line (``Precision.reason``) shown by the CLI, app and benchmarks.
+int8 GEMMs are 10x faster than float32; on a Xeon with AMX, bf16 and int8 are native; which int8
+GEMM wins (oneDNN's or fbgemm's) differs too. So on a CPU ``auto`` times every available variant
+and caches the result per CPU model, flags and torch version:
+
+* **the verifier** on one verifier-sized layer (1536 -> 8960) at 1 row (verifier-only decoding)
+  plus K+1 rows (one verification), batch-invariant as the verifier must be;
+* **the draft** on its own shapes at 1 row (it decodes one token at a time and needs no batch
+  invariance): one layer's four matmuls times its layer count, plus its output layer, which is a
+  quarter of its weights.
+
+GPUs take their native half precision. The choice and the reason are one line each
+(``Precision.reason``), shown by the CLI, the app and the benchmarks.
 """
 from __future__ import annotations
 
@@ -14,16 +21,19 @@ import hashlib
 import json
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from .config import ConfigError, DecodeConfig
-from .kernels import DenseLinear, Fp16Linear, Int4Linear, Int8Linear, PackedLinear
+from .kernels import DenseLinear, Fp16Linear, Int4Linear, Int8DnnLinear, Int8Linear, PackedLinear, has_vnni
 
 PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8", "int4")
 CALIBRATION_SHAPE = (8960, 1536)  # (out, in) of the verifier's MLP up-projection
+
+
+CALIBRATION_VERSION = 3  # bump when the variants or the measurement change: older caches are ignored
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,17 @@ class Precision:
     name: str                      # float32 | bfloat16 | float16 | int8 | int4
     reason: str                    # one line: why this one
     transposed: bool = False       # float32 only: compute small-row matmuls as (W @ x^T)^T
+    kernel: str = ""               # int8 only: "onednn" or "fbgemm"
+
+    @property
+    def label(self) -> str:
+        """The variant, as calibration tables name it: "int8 onednn", "float32 transposed"..."""
+        return " ".join([self.name] + (["transposed"] if self.transposed else []) + ([self.kernel] if self.kernel else []))
+
+    @classmethod
+    def from_label(cls, label: str, reason: str = "") -> Precision:
+        name, *rest = label.split()
+        return cls(name, reason, "transposed" in rest, next((r for r in rest if r in ("onednn", "fbgemm")), ""))
 
     @property
     def dense_dtype(self) -> torch.dtype:
@@ -46,7 +67,8 @@ class Precision:
         if self.name == "bfloat16":
             return DenseLinear.from_weight(weight, bias, torch.bfloat16)
         if self.name == "int8":
-            return Int8Linear.from_weight(weight, bias, batch_invariant)
+            kernel = Int8DnnLinear if self.kernel == "onednn" else Int8Linear
+            return kernel.from_weight(weight, bias, batch_invariant)
         return {"float16": Fp16Linear, "int4": Int4Linear}[self.name].from_weight(weight, bias)
 
 
@@ -69,95 +91,193 @@ def cpu_description() -> dict:
 def cpu_capabilities() -> dict:
     return {"native_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
             "fbgemm": "fbgemm" in torch.backends.quantized.supported_engines,
+            "onednn_int8": hasattr(torch.ops.onednn, "qlinear_pointwise") and has_vnni(cpu_description()["flags"]),
             "isa": torch.backends.cpu.get_cpu_capability()}
 
 
 def cpu_candidates(caps: dict | None = None) -> list[str]:
     """Representations with a native kernel here. bf16 only with native bf16 (emulated bf16 is
-    slower than float32); int8/float16 need fbgemm (x86); int4 needs torch's AVX2/AVX512 path."""
+    slower than float32); float16 needs fbgemm (x86); int8 needs fbgemm or oneDNN with VNNI/AMX;
+    int4 needs torch's AVX2/AVX512 path."""
+    return sorted({v.name for v in cpu_variants(caps)}, key=PRECISIONS.index)
+
+
+def cpu_variants(caps: dict | None = None) -> list[Precision]:
+    """Every kernel variant of every representation that runs natively here."""
     caps = caps or cpu_capabilities()
-    names = ["float32"]
+    out = [Precision("float32", ""), Precision("float32", "", transposed=True)]
     if caps["native_bf16"]:
-        names.append("bfloat16")
+        out.append(Precision("bfloat16", ""))
     if caps["fbgemm"]:
-        names += ["float16", "int8"]
+        out.append(Precision("float16", ""))
+    if caps.get("onednn_int8"):
+        out.append(Precision("int8", "", kernel="onednn"))
+    if caps["fbgemm"]:
+        out.append(Precision("int8", "", kernel="fbgemm"))
     if caps["isa"] in ("AVX2", "AVX512"):
-        names.append("int4")
-    return names
-
-
-def _median_ms(layer: PackedLinear, rows: int, reps: int = 15) -> float:
-    x = torch.randn(rows, layer.in_features)
-    for _ in range(3):
-        layer(x)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        layer(x)
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[reps // 2] * 1e3
-
-
-def calibrate(names: list[str], k: int) -> dict[str, list[float]]:
-    """Median ms of one verifier-sized layer at 1 and K+1 rows, per representation."""
-    weight = torch.randn(*CALIBRATION_SHAPE) * 0.02
-    out = {}
-    for name in names:
-        variants = [Precision(name, "", False)] + ([Precision(name, "", True)] if name == "float32" else [])
-        for p in variants:
-            layer = p.linear(weight, None)
-            out[name + (" transposed" if p.transposed else "")] = [_median_ms(layer, 1), _median_ms(layer, k + 1)]
+        out.append(Precision("int4", ""))
     return out
 
 
-def _calibration_file(k: int) -> Path:
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache, from sysfs (64 MiB where it cannot be read)."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = f.read_text().strip()
+            sizes.append(int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[text[-1]])
+        except (OSError, ValueError, KeyError):
+            pass
+    return max(sizes, default=64 * 2**20)
+
+
+def _median_ms(layer: PackedLinear, rows: int, reps: int = 15) -> float:
+    """Median ms of one call, each call on another copy of the layer, so that its weights come
+    from memory as in a real forward (where the other layers have evicted them), not from a cache
+    that would hold a single layer (300 MB of L3 on some Xeons)."""
+    copies = max(2, min(24, -(-3 * last_level_cache_bytes() // (2 * layer.nbytes()))))  # 1.5x the cache
+    ring = [layer] + [layer.clone() for _ in range(copies - 1)]
+    x = torch.randn(rows, layer.in_features)
+    for lay in ring[:3]:
+        lay(x)
+    times = []
+    for i in range(max(reps, copies)):
+        t0 = time.perf_counter()
+        ring[i % copies](x)
+        times.append(time.perf_counter() - t0)
+    del ring
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def calibrate(variants: list[Precision], k: int) -> dict[str, list[float]]:
+    """The verifier's table: median ms of one verifier-sized layer at 1 and K+1 rows, per variant."""
+    weight = torch.randn(*CALIBRATION_SHAPE) * 0.02
+    return {v.label: [_median_ms(layer, 1), _median_ms(layer, k + 1)]
+            for v in variants for layer in [v.linear(weight, None)]}
+
+
+def draft_shapes(config) -> dict:
+    """The draft's matmul shapes (out, in): one layer's four (q/k/v fused, o, gate/up fused,
+    down), how many layers, and the output layer."""
+    e, h = config.hidden_size, config.num_attention_heads
+    d = getattr(config, "head_dim", None) or e // h
+    g = getattr(config, "num_key_value_heads", None) or h
+    i = config.intermediate_size
+    return {"layer": [((h + 2 * g) * d, e), (e, h * d), (2 * i, e), (e, i)], "layers": config.num_hidden_layers,
+            "head": (config.vocab_size, e)}
+
+
+def calibrate_draft(variants: list[Precision], shapes: dict) -> dict[str, list[float]]:
+    """The draft's table: per variant, [ms of one layer's matmuls, ms of the output layer] at 1
+    row, without batch invariance. Its estimated matmul time per token is layers * first + second."""
+    out = {}
+    for v in variants:
+        per_layer = 0.0
+        for shape in shapes["layer"]:
+            per_layer += _median_ms(v.linear(torch.randn(*shape) * 0.02, None, batch_invariant=False), 1)
+        head = v.linear(torch.randn(*shapes["head"]) * 0.02, None, batch_invariant=False)
+        out[v.label] = [per_layer, _median_ms(head, 1, reps=7)]
+        del head
+    return out
+
+
+def _calibration_file(key_parts: list) -> Path:
     from .embedded import cache_root
-    cpu = cpu_description()
-    key = hashlib.sha256(json.dumps([cpu, torch.__version__, k]).encode()).hexdigest()[:16]
-    return cache_root() / "calibration" / f"{key}.json"
+    key = hashlib.sha256(json.dumps([cpu_description(), torch.__version__, CALIBRATION_VERSION, *key_parts]).encode())
+    return cache_root() / "calibration" / f"{key.hexdigest()[:16]}.json"
 
 
-def cpu_timings(k: int) -> dict[str, list[float]]:
-    """Cached per CPU model, flags, torch version and K; measured once (a few seconds)."""
-    path = _calibration_file(k)
+def _cached(key_parts: list, measure) -> dict[str, list[float]]:
+    path = _calibration_file(key_parts)
     if path.is_file():
         return json.loads(path.read_text())["timings_ms"]
-    timings = calibrate(cpu_candidates(), k)
+    timings = measure()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"cpu": cpu_description(), "torch": torch.__version__, "k": k, "timings_ms": timings}))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"cpu": cpu_description(), "torch": torch.__version__, "for": key_parts,
+                               "timings_ms": timings}))
+    tmp.replace(path)  # never a half-written table
     return timings
 
 
-def pick(timings: dict[str, list[float]], k: int, cpu_model: str) -> Precision:
-    """The representation with the lowest cost at 1 row plus K+1 rows."""
-    best = min(timings, key=lambda n: sum(timings[n]))
-    listing = ", ".join(f"{n} {t1:.2f}+{tk:.2f}" for n, (t1, tk) in sorted(timings.items(), key=lambda kv: sum(kv[1])))
+def cpu_timings(k: int) -> dict[str, list[float]]:
+    """The verifier's table, cached per CPU model, flags, torch version and K (a few seconds once)."""
+    return _cached(["verifier", k], lambda: calibrate(cpu_variants(), k))
+
+
+def draft_timings(shapes: dict) -> dict[str, list[float]]:
+    """The draft's table, cached per CPU model, flags, torch version and draft shapes."""
+    return _cached(["draft", shapes], lambda: calibrate_draft(cpu_variants(), shapes))
+
+
+def _listing(costs: dict[str, float]) -> str:
+    return ", ".join(f"{n} {c:.2f}" for n, c in sorted(costs.items(), key=lambda kv: kv[1]))
+
+
+def pick(timings: dict[str, list[float]], k: int, cpu_model: str, allowed: list[str] | None = None) -> Precision:
+    """The verifier's variant with the lowest cost at 1 row plus K+1 rows (among ``allowed`` names)."""
+    costs = {n: sum(t) for n, t in timings.items() if allowed is None or n.split()[0] in allowed}
+    best = min(costs, key=costs.get)
     reason = (f"{best}: fastest here at 1 + {k + 1} rows (ms per {CALIBRATION_SHAPE[1]}x{CALIBRATION_SHAPE[0]} "
-              f"layer: {listing}) on {cpu_model}")
-    return Precision(best.removesuffix(" transposed"), reason, best.endswith(" transposed"))
+              f"layer: {_listing(costs)}) on {cpu_model}")
+    return Precision.from_label(best, reason)
+
+
+# ``auto`` never gives the draft 4-bit weights: on the embedded pair they cost more acceptance than
+# they save time (Intel Xeon, AMX: 33 vs 39 ms a draft forward, but acceptance 84 -> 80 % and
+# 12.6 -> 10.9 tok/s; README levers table). ``--draft-precision int4`` still selects them.
+DRAFT_AUTO_EXCLUDES = ("int4",)
+
+
+def pick_draft(timings: dict[str, list[float]], layers: int, cpu_model: str,
+               allowed: list[str] | None = None) -> Precision:
+    """The draft's variant with the lowest estimated matmul time per drafted token (``auto``:
+    among every representation but those in DRAFT_AUTO_EXCLUDES)."""
+    ok = (lambda name: name in allowed) if allowed is not None else (lambda name: name not in DRAFT_AUTO_EXCLUDES)
+    costs = {n: layers * t[0] + t[1] for n, t in timings.items() if ok(n.split()[0])}
+    best = min(costs, key=costs.get)
+    reason = (f"{best}: fastest here for one drafted token (est. ms of its {layers} layers' and output layer's "
+              f"matmuls at 1 row: {_listing(costs)}) on {cpu_model}"
+              + ("; 4-bit drafts cost more acceptance than they save" if allowed is None and "int4" in timings else ""))
+    return Precision.from_label(best, reason)
+
+
+def _check_name(device: torch.device, requested: str | None, field: str) -> str:
+    requested = requested or "auto"
+    if requested not in PRECISIONS:
+        raise ConfigError(f"{field} must be one of {', '.join(PRECISIONS)} (got {requested!r})", field)
+    if device.type == "cpu" and requested != "auto" and requested not in cpu_candidates():
+        raise ConfigError(f"{field} {requested!r} has no native kernel on this CPU "
+                          f"({cpu_description()['isa']}); available: {', '.join(cpu_candidates())}", field)
+    return requested
+
+
+def _gpu(device: torch.device, requested: str, field: str) -> Precision:
+    native = "bfloat16" if device.type == "cuda" else "float16"
+    if requested not in ("auto", "float32", "bfloat16", "float16"):
+        raise ConfigError(f"{field} {requested!r} is CPU-only; on {device.type} use auto, float32, "
+                          "bfloat16 or float16", field)
+    name = native if requested == "auto" else requested
+    return Precision(name, f"{name}: {'native half precision of' if requested == 'auto' else 'requested on'} "
+                           f"{device.type}")
 
 
 def choose(device: torch.device, requested: str | None = "auto", k: int = DecodeConfig.k) -> Precision:
-    """``auto``: the measured fastest on a CPU, native half precision on a GPU; else as requested."""
-    requested = requested or "auto"
-    if requested not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)} (got {requested!r})", "precision")
+    """The verifier's. ``auto``: the measured fastest on a CPU, native half precision on a GPU;
+    a name: that representation, in its fastest variant here."""
+    requested = _check_name(device, requested, "precision")
     if device.type != "cpu":
-        native = "bfloat16" if device.type == "cuda" else "float16"
-        if requested not in ("auto", "float32", "bfloat16", "float16"):
-            raise ConfigError(f"precision {requested!r} is CPU-only; on {device.type} use auto, float32, "
-                              "bfloat16 or float16")
-        name = native if requested == "auto" else requested
-        return Precision(name, f"{name}: {'native half precision of' if requested == 'auto' else 'requested on'} "
-                               f"{device.type}")
-    if requested == "auto":
-        return pick(cpu_timings(k), k, cpu_description()["model"])
-    available = cpu_candidates()
-    if requested not in available:
-        raise ConfigError(f"precision {requested!r} has no native kernel on this CPU "
-                          f"({cpu_description()['isa']}); available: {', '.join(available)}")
-    transposed = False
-    if requested == "float32":
-        t = cpu_timings(k)
-        transposed = sum(t.get("float32 transposed", [1e9])) < sum(t["float32"])
-    return Precision(requested, f"{requested}: requested", transposed)
+        return _gpu(device, requested, "precision")
+    chosen = pick(cpu_timings(k), k, cpu_description()["model"], None if requested == "auto" else [requested])
+    return chosen if requested == "auto" else replace(chosen, reason=f"{chosen.label}: requested")
+
+
+def choose_draft(device: torch.device, requested: str | None, config) -> Precision:
+    """The draft's, measured on its own shapes (see the module docstring); as :func:`choose` else."""
+    requested = _check_name(device, requested, "draft_precision")
+    if device.type != "cpu":
+        return _gpu(device, requested, "draft_precision")
+    shapes = draft_shapes(config)
+    chosen = pick_draft(draft_timings(shapes), shapes["layers"], cpu_description()["model"],
+                        None if requested == "auto" else [requested])
+    return chosen if requested == "auto" else replace(chosen, reason=f"{chosen.label}: requested")

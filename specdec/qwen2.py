@@ -114,16 +114,16 @@ class Qwen2Layer(torch.nn.Module):
         self.o = make(w[f"{a}o_proj.weight"], None)
         self.gate_up = make(torch.cat([w[f"{m}gate_proj.weight"], w[f"{m}up_proj.weight"]]), None)
         self.down = make(w[f"{m}down_proj.weight"], None)
-        self.split = (H * D, G * D, G * D)
 
     def forward(self, x: torch.Tensor, rot: torch.Tensor, cache: KVCache, i: int,
                 mask: torch.Tensor | None) -> torch.Tensor:
         s, (T, _), L = self.shape, x.shape, cache.length
         H, G, D = s.heads, s.kv_heads, s.head_dim
-        q, k, v = self.qkv(F.rms_norm(x, (s.hidden,), self.attn_norm, s.eps)).split(self.split, -1)
-        q = _rope(q, rot, H).transpose(0, 1)                                 # (H, T, D)
-        cache.k[i][:, L:L + T] = _rope(k, rot, G).transpose(0, 1)
-        cache.v[i][:, L:L + T] = v.view(T, G, D).transpose(0, 1)
+        qkv = self.qkv(F.rms_norm(x, (s.hidden,), self.attn_norm, s.eps))    # (T, H*D + 2*G*D)
+        qk = _rope(qkv[:, : (H + G) * D], rot, H + G)                        # (T, H+G, D): q and k in one multiply
+        q = qk[:, :H].transpose(0, 1)                                        # (H, T, D)
+        cache.k[i][:, L:L + T] = qk[:, H:].transpose(0, 1)
+        cache.v[i][:, L:L + T] = qkv[:, (H + G) * D:].view(T, G, D).transpose(0, 1)
         keys, values = cache.k[i][:, : L + T], cache.v[i][:, : L + T]      # (G, L+T, D)
         if mask is None or T > EXACT_ROWS:
             att = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,

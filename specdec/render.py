@@ -7,7 +7,7 @@ after a rejection were never tested and do not count, and show no verdict number
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .trace import ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace
 
@@ -96,7 +96,13 @@ def position_rows(r: RoundTrace, phase: str) -> list[list]:
 
 
 def draft_stop_text(r: RoundTrace, k: int, confidence: float) -> str:
-    """Why the round drafted as many tokens as it did, in one sentence."""
+    """Why the round drafted as many tokens as it did, in one sentence (two for the hybrid drafter:
+    who drafted, then why it stopped)."""
+    if r.drafted_by:
+        who = ("Prompt lookup drafted this round: it found the last tokens earlier and copied what followed, "
+               "with no draft forward. " if r.drafted_by == "lookup" else
+               "The draft model drafted this round: prompt lookup found nothing to copy. ")
+        return who + draft_stop_text(replace(r, drafted_by=""), k, confidence)
     n = len(r.positions)
     if r.draft_stop == "confidence":
         last = r.positions[-1]
@@ -128,9 +134,11 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                     "of the context's last tokens), so the round is one plain verifier step.")
         how = ("Prompt lookup copied the tokens that followed the latest earlier occurrence of the context's last "
                "n-gram; it is deterministic, so q is one-hot (q(x) = 1) and a token will be kept with probability "
-               "p(x)." if drafter == "lookup" else
+               "p(x)." if drafter == "lookup" or r.drafted_by == "lookup" else
                f"The small draft model ran {_n(k, 'cheap forward pass', 'cheap forward passes')}, sampling each token "
-               "from its distribution q and reporting exactly that q(x).")
+               "from its distribution q and reporting exactly that q(x)." + (
+                   " (The hybrid drafter uses the model only where prompt lookup finds nothing to copy.)"
+                   if r.drafted_by == "model" else ""))
         return (f"**Draft.** {how} Nothing is committed yet: the {_n(k, 'token is', 'tokens are')} only a guess at "
                 "the verifier's output.")
     if phase == "verify":

@@ -16,7 +16,10 @@ from .devices import DEVICES
 from .embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 from .precision import PRECISIONS
 
-DRAFTERS = ("model", "lookup", "none")  # the draft model, prompt lookup, or nobody (verifier only)
+# the draft model, prompt lookup where it finds a match and the draft model elsewhere, prompt
+# lookup alone, or nobody (verifier only)
+DRAFTERS = ("model", "hybrid", "lookup", "none")
+MODEL_DRAFTERS = ("model", "hybrid")  # the drafters that need the draft model
 
 
 @dataclass(frozen=True)
@@ -26,17 +29,19 @@ class ModelChoice:
     target: str = DEFAULT_TARGET
     draft: str | None = DEFAULT_DRAFT
     device: str = "auto"
-    precision: str = "auto"
+    precision: str = "auto"        # the verifier's
+    draft_precision: str = "auto"  # the draft's, chosen on its own shapes
 
     @classmethod
     def of(cls, pair) -> ModelChoice:
-        """What a loaded pair actually is: the resolved device and precision, not "auto"."""
-        return cls(pair.target_name, pair.draft_name, str(pair.device), pair.precision.name)
+        """What a loaded pair actually is: the resolved device and precisions, not "auto"."""
+        return cls(pair.target_name, pair.draft_name, str(pair.device), pair.precision.name,
+                   pair.draft_precision.name if pair.draft_precision else "auto")
 
     def load(self, progress=None, k: int = DecodeConfig.k, drafter: str = "model"):
         from .models import load_pair
-        return load_pair(self.target, self.draft if drafter == "model" else None, self.device, self.precision,
-                         progress=progress, k=k)
+        return load_pair(self.target, self.draft if drafter in MODEL_DRAFTERS else None, self.device, self.precision,
+                         progress=progress, k=k, draft_precision=self.draft_precision)
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,9 @@ class RunSettings:
         """Flat and JSON-ready: the ``settings`` object of a trace file."""
         d, s, m = self.decode, self.decode.sampling, self.models
         return {"prompt": self.prompt, "drafter": self.drafter, "chat_template": self.chat_template,
-                "target": m.target, "draft": m.draft if self.drafter == "model" else None, "device": m.device,
-                "precision": m.precision, "k": d.k, "confidence": d.confidence, "temperature": s.temperature,
+                "target": m.target, "draft": m.draft if self.drafter in MODEL_DRAFTERS else None,
+                "device": m.device, "precision": m.precision,
+                "draft_precision": m.draft_precision if self.drafter in MODEL_DRAFTERS else None, "k": d.k, "confidence": d.confidence, "temperature": s.temperature,
                 "top_k": s.top_k, "top_p": s.top_p, "seed": d.seed, "max_new_tokens": d.max_new_tokens,
                 "draft_noise": d.draft_noise, "ignore_eos": d.ignore_eos}
 
@@ -74,7 +80,8 @@ class RunSettings:
                                        draft_noise=get("draft_noise", decode.draft_noise),
                                        ignore_eos=get("ignore_eos", decode.ignore_eos)),
                    models=ModelChoice(get("target", model.target), get("draft", model.draft),
-                                      get("device", model.device), get("precision", model.precision)))
+                                      get("device", model.device), get("precision", model.precision),
+                                      get("draft_precision", None) or model.draft_precision))
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,17 +92,22 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=m.device, help=f"{', '.join(DEVICES)} (default auto: MPS, then CUDA, "
                                                             "then CPU)")
     parser.add_argument("--precision", default=m.precision,
-                        help=f"{', '.join(PRECISIONS)} (default auto: chosen by measurement on this machine)")
+                        help=f"the verifier's: {', '.join(PRECISIONS)} (default auto: chosen by measurement on "
+                             "this machine)")
+    parser.add_argument("--draft-precision", default=m.draft_precision,
+                        help=f"the draft's: {', '.join(PRECISIONS)} (default auto: measured on the draft's own "
+                             "shapes, at one row)")
 
 
 def models_from_args(args: argparse.Namespace) -> ModelChoice:
-    return ModelChoice(args.target, args.draft or None, args.device, args.precision)
+    return ModelChoice(args.target, args.draft or None, args.device, args.precision, args.draft_precision)
 
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     d = DecodeConfig()
     parser.add_argument("--drafter", default="model",
-                        help=f"who drafts: {', '.join(DRAFTERS)} (none: verifier only; default model)")
+                        help=f"who drafts: {', '.join(DRAFTERS)} (hybrid: prompt lookup where it matches, the model "
+                             "elsewhere; none: verifier only; default model)")
     parser.add_argument("--k", type=int, default=d.k, help=f"most drafted tokens per round, 1..{MAX_K} (default {d.k})")
     parser.add_argument("--confidence", type=float, default=d.confidence,
                         help="stop drafting after a token the draft gives less than this probability; "

@@ -24,7 +24,8 @@ TESTED = (ACCEPTED, REJECTED)
 # (fewer tokens left than K), the draft's low confidence, a drafted stop token, prompt lookup with
 # no match or at the end of what it copied, or nothing drafted (verifier only).
 DRAFT_STOPS = ("k", "budget", "confidence", "stop_token", "no_match", "copy_end", "nothing")
-TRACE_FORMAT = 4
+TRACE_FORMAT = 5
+READS_FORMATS = (4, 5)  # 5 added RoundTrace.drafted_by, which format 4 files lack (read as "")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class RoundTrace:
     times: PhaseTimes
     elapsed: float                         # seconds since the run started, at the end of this round
     draft_stop: str = "k"                  # why drafting ended: one of DRAFT_STOPS
+    drafted_by: str = ""                   # hybrid drafter: "lookup" or "model"; "" for the others
 
     @property
     def drafted(self) -> int:
@@ -215,8 +217,9 @@ class TraceFile:
             data = json.loads(raw)
             if not isinstance(data, dict) or "rounds" not in data:
                 raise ValueError("no rounds")
-            if data.get("format") != TRACE_FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, this version reads format {TRACE_FORMAT}")
+            if data.get("format") not in READS_FORMATS:
+                raise ValueError(f"format {data.get('format')!r}, this version reads formats "
+                                 f"{', '.join(map(str, READS_FORMATS))}")
             return cls(data.get("settings") or {}, tuple(RoundTrace.from_dict(d) for d in data["rounds"]),
                        float(data["summary"]["prefill_s"]), str(data["text"]), data.get("stop_reason"))
         except RecursionError:  # nesting deeper than any trace: json gives up rather than overflow

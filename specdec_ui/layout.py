@@ -174,7 +174,8 @@ def _notebooks() -> str:
 def _settings() -> dict:
     d = form_defaults()
     form = {"prompt": gr.Textbox(label=FIELD_LABELS["prompt"], lines=4, value=EXAMPLES[0][0]),
-            "drafter": gr.Radio([("draft model", "model"), ("prompt lookup", "lookup")], value=d["drafter"],
+            "drafter": gr.Radio([("draft model", "model"), ("lookup, else model", "hybrid"), ("prompt lookup", "lookup")],
+                                value=d["drafter"],
                                 label=FIELD_LABELS["drafter"])}
     for name in FORM[2:]:  # integer fields take any number and refuse 2.5 themselves (no silent rounding)
         form[name] = gr.Number(d[name], label=FIELD_LABELS[name], info=HINTS[name])
@@ -370,13 +371,16 @@ def _info(loader: Loader) -> str:
     p = loader.pair
     if p is None:
         return "Models: " + (f"failed to load: {loader.error}" if loader.error else "loading...")
-    out = f"**Device** {p.device.type} · **precision** {p.precision.name} · **verifier** {p.target_name} · " + (
-        f"**draft** {p.draft_name}" if p.draft is not None else "no draft model")
+    dp = p.draft_precision
+    out = (f"**Device** {p.device.type} · **verifier** {p.target_name} on **{p.precision.label}** · "
+           + (f"**draft** {p.draft_name} on **{(dp or p.precision).label}**" if p.draft is not None else "no draft model"))
     counts = [f"{role} {_parameters(p.parameter_breakdown(model))}"
               for role, model in (("verifier", p.target), ("draft", p.draft)) if model is not None]
     return (out + "  \nParameters: " + "; ".join(counts) + ". (A published size such as 1.5B counts a shared "
             "embedding/output table once; these weights store the two separately.)"
-            f"  \n*Why {p.precision.name}:* {p.precision.reason.split(': ', 1)[-1]}")
+            f"  \n*Why {p.precision.label} for the verifier:* {p.precision.reason.split(': ', 1)[-1]}"
+            + (f"  \n*Why {dp.label} for the draft:* {dp.reason.split(': ', 1)[-1]}" if p.draft is not None and dp
+               else ""))
 
 
 def _parameters(b: dict) -> str:
@@ -396,7 +400,9 @@ def _progress_html(loader: Loader) -> str:
         loaded = f", loaded in {loader.seconds:.0f} s" if loader.seconds >= 1 else ""
         return (f'<p class="spec-ready">Ready: {escape(p.target_name.removeprefix("embedded:"))} verifier'
                 + (f', {escape(p.draft_name.removeprefix("embedded:"))} draft' if p.draft is not None else "")
-                + f" on {p.device.type}, {p.precision.name}{loaded}.</p>")
+                + f" on {p.device.type}, {escape(p.precision.label)}"
+                + (f" / {escape(p.draft_precision.label)}" if p.draft is not None and p.draft_precision else "")
+                + f"{loaded}.</p>")
     return (f'<label>Loading models: {escape(loader.message)} <progress aria-label="model loading" max="1" '
             f'value="{loader.fraction:.2f}" style="width: 100%"></progress></label>')
 

@@ -23,10 +23,10 @@ def pair():
     return tiny.pair(tiny.model(1, scale=4), tiny.model(2, scale=4))
 
 
-def _drafter(pair, stop_ids=frozenset()):
+def _drafter(pair, stop_ids=frozenset(), context=None):
     from specdec.devices import Clock
     d = ModelDrafter(pair.draft, pair.vocab_size, Clock(pair.device), stop_ids)
-    d.prefill(tiny.prompt_ids())  # the cache holds every context token but the last
+    d.prefill(context or tiny.prompt_ids())  # the cache holds every context token but the last
     return d
 
 
@@ -144,6 +144,50 @@ def test_the_engine_hides_the_chat_template_from_lookup():
     ids, hidden = pair.encode_marked("w1 w2", chat=False)
     assert ids == pair.encode("w1 w2") and len(hidden) == len(ids) and not any(hidden)
     assert isinstance(pair, ModelPair)
+
+
+def test_the_greedy_fast_path_proposes_what_the_general_path_does(pair, monkeypatch):
+    ctx, g = tiny.prompt_ids(), torch.Generator()
+    fast = _drafter(pair).propose(ctx, 4, SamplingConfig(0.0), g, confidence=0.3)
+    monkeypatch.setattr(ModelDrafter, "fast_greedy", False)
+    slow = _drafter(pair).propose(ctx, 4, SamplingConfig(0.0), g, confidence=0.3)
+    assert (fast.tokens, fast.stopped) == (slow.tokens, slow.stopped)
+    assert torch.equal(fast.probs, slow.probs)                          # one-hot at the argmax, row by row
+    assert fast.confidence == pytest.approx(slow.confidence, rel=1e-5)
+
+
+# ---- the hybrid drafter: prompt lookup where it matches, the model elsewhere -------------------
+
+def test_hybrid_q_is_one_hot_on_lookup_tokens_and_the_models_q_otherwise(pair):
+    from specdec.drafters import LOOKUP, MODEL, HybridDrafter
+    sampling = SamplingConfig(1.0)
+    ctx = tiny.prompt_ids()
+    repeated = ctx + ctx[:3] + ctx[:2]                    # the last two tokens occurred before: lookup copies
+    hybrid = HybridDrafter(LookupDrafter(pair.vocab_size), _drafter(pair, context=repeated))
+    copied = hybrid.propose(repeated, 3, sampling, torch.Generator().manual_seed(0))
+    assert copied.source == LOOKUP and copied.forward_s == 0.0
+    assert copied.tokens == LookupDrafter(pair.vocab_size).propose(repeated, 3, sampling, torch.Generator()).tokens
+    assert torch.equal(copied.probs, torch.nn.functional.one_hot(torch.tensor(copied.tokens), pair.vocab_size).float())
+    # nothing to copy: exactly the model drafter's proposal, q and all, from the same generator state
+    fresh = list(range(10, 16))
+    hybrid = HybridDrafter(LookupDrafter(pair.vocab_size), _drafter(pair, context=fresh))
+    modelled = hybrid.propose(fresh, 3, sampling, torch.Generator().manual_seed(0))
+    expected = _drafter(pair, context=fresh).propose(fresh, 3, sampling, torch.Generator().manual_seed(0))
+    assert modelled.source == MODEL and modelled.tokens == expected.tokens
+    assert torch.equal(modelled.probs, expected.probs)
+
+
+def test_hybrid_greedy_output_is_the_verifiers_and_the_trace_says_who_drafted(pair):
+    prompt = tiny.prompt_ids(seed=4) * 2                  # repeated text: some rounds copy, others model
+    greedy = SamplingConfig(0.0)
+    gen = Generation(pair, prompt, DecodeConfig(max_new_tokens=30, k=4, sampling=greedy),
+                     make_drafter("hybrid", pair)).run()
+    base = Generation(pair, prompt, DecodeConfig(max_new_tokens=30, sampling=greedy), make_drafter("none", pair)).run()
+    assert gen.token_ids == base.token_ids
+    assert {r.drafted_by for r in gen.rounds} == {"lookup", "model"}
+    # lookup rounds leave the draft model's cache behind; its next round catches up on every token
+    assert any(r.draft_cache[0] < r.context_len - 1 for r in gen.rounds if r.drafted_by == "lookup")
+    assert all(r.draft_cache[0] == r.context_len + len(r.positions) - 1 for r in gen.rounds if r.drafted_by == "model")
 
 
 # ---- the numbers of a run, defined on a scripted one ------------------------------------------

@@ -108,6 +108,27 @@ def test_multi_round_engine_emits_the_verifier_distribution():
         assert tv(counts[i] / runs, exact[i]) <= noise_bound(exact[i], runs), f"token {i}"
 
 
+def test_the_hybrid_drafter_emits_the_verifier_distribution():
+    """Lookup drafts where the context's tail repeats, the model elsewhere, within one run: which
+    one drafts depends on the context only, so each emitted token is still distributed as p."""
+    target = tiny.model(1, scale=6)
+    pair = tiny.pair(target, tiny.noisy_copy(target, 2, 0.5))
+    pair.stop_ids = frozenset()
+    sampling = SamplingConfig(0.8, top_k=20, top_p=0.95)
+    prompt, n, runs = tiny.prompt_ids(5) * 2, 3, 500     # its tail repeats: the first round copies
+    exact = _exact_marginals(target, prompt, sampling, n)
+    counts, sources = torch.zeros(n, tiny.V), set()
+    for seed in range(runs):
+        cfg = DecodeConfig(max_new_tokens=n, k=2, confidence=0.0, seed=seed, sampling=sampling)
+        gen = Generation(pair, prompt, cfg, make_drafter("hybrid", pair)).run()
+        sources |= {r.drafted_by for r in gen.rounds}
+        for i, tok in enumerate(gen.token_ids):
+            counts[i, tok] += 1
+    assert sources == {"lookup", "model"}
+    for i in range(n):
+        assert tv(counts[i] / runs, exact[i]) <= noise_bound(exact[i], runs), f"token {i}"
+
+
 def test_fast_top_p_equals_transformers_on_a_large_vocabulary():
     """Above 4096 tokens top-p avoids the full sort; it must keep exactly the same tokens."""
     from transformers.generation.logits_process import TopPLogitsWarper

@@ -14,43 +14,117 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("caps, expected", [
-    ({"native_bf16": False, "fbgemm": True, "isa": "AVX2"}, ["float32", "float16", "int8", "int4"]),  # AMD EPYC
-    ({"native_bf16": True, "fbgemm": True, "isa": "AVX512"},
-     ["float32", "bfloat16", "float16", "int8", "int4"]),                                              # Xeon AMX
-    ({"native_bf16": False, "fbgemm": False, "isa": "DEFAULT"}, ["float32"]),                         # e.g. ARM
+@pytest.mark.parametrize("caps, expected, int8_kernels", [
+    ({"native_bf16": False, "fbgemm": True, "onednn_int8": False, "isa": "AVX2"},
+     ["float32", "float16", "int8", "int4"], ["fbgemm"]),                                  # AMD EPYC Zen 3: no VNNI
+    ({"native_bf16": True, "fbgemm": True, "onednn_int8": True, "isa": "AVX512"},
+     ["float32", "bfloat16", "float16", "int8", "int4"], ["onednn", "fbgemm"]),            # Xeon AMX, Zen 4
+    ({"native_bf16": False, "fbgemm": False, "onednn_int8": True, "isa": "AVX512"},
+     ["float32", "int8", "int4"], ["onednn"]),                                             # a torch without fbgemm
+    ({"native_bf16": False, "fbgemm": False, "onednn_int8": False, "isa": "DEFAULT"}, ["float32"], []),  # e.g. ARM
 ])
-def test_candidates_follow_capabilities(caps, expected):
+def test_candidates_follow_capabilities(caps, expected, int8_kernels):
     assert P.cpu_candidates(caps) == expected  # emulated bf16 is never a candidate
+    assert [v.kernel for v in P.cpu_variants(caps) if v.name == "int8"] == int8_kernels
+    assert {v.label for v in P.cpu_variants(caps) if v.name == "float32"} == {"float32", "float32 transposed"}
+
+
+def test_onednn_int8_needs_vnni_or_amx(monkeypatch):
+    """Without VNNI the u8*s8 pairwise sums are 16-bit and can saturate: no oneDNN int8 there."""
+    from specdec.kernels import has_vnni
+    assert not has_vnni(["avx2", "fma", "avx512f"])
+    assert has_vnni(["avx2", "avx512_vnni"]) and has_vnni(["avx_vnni"]) and has_vnni(["amx_int8"])
+    monkeypatch.setattr(P, "cpu_description", lambda: {"model": "Zen 3", "flags": ["avx2", "fma"], "isa": "AVX2"})
+    assert P.cpu_capabilities()["onednn_int8"] is False
 
 
 def test_this_machine_has_float32_at_least():
     assert P.cpu_candidates()[0] == "float32"
-    assert set(P.cpu_capabilities()) == {"native_bf16", "fbgemm", "isa"}
+    assert set(P.cpu_capabilities()) == {"native_bf16", "fbgemm", "onednn_int8", "isa"}
+
+
+@pytest.mark.parametrize("label", ["float32", "float32 transposed", "int8 onednn", "int8 fbgemm", "int4"])
+def test_labels_round_trip(label):
+    assert P.Precision.from_label(label).label == label
 
 
 @pytest.mark.parametrize("timings, expected", [
-    # an AVX2 machine without native bf16: int8 wins by far
-    ({"float32": [4.3, 11.2], "float32 transposed": [4.3, 4.2], "int8": [0.41, 0.76], "int4": [1.0, 2.8]},
-     ("int8", False)),
+    # an AVX2 machine without native bf16: int8 (fbgemm, the only int8 there) wins by far
+    ({"float32": [4.3, 11.2], "float32 transposed": [4.3, 4.2], "int8 fbgemm": [0.41, 0.76], "int4": [1.0, 2.8]},
+     ("int8", False, "fbgemm")),
     # an AMX machine: bf16 is flat in the rows and beats int8 at 5 rows
-    ({"float32": [1.3, 2.4], "float32 transposed": [1.2, 2.9], "bfloat16": [1.08, 1.31], "int8": [0.9, 1.6]},
-     ("bfloat16", False)),
+    ({"float32": [1.3, 2.4], "float32 transposed": [1.2, 2.9], "bfloat16": [1.08, 1.31], "int8 fbgemm": [0.9, 1.6],
+      "int8 onednn": [0.95, 1.5]}, ("bfloat16", False, "")),
+    # a VNNI machine where oneDNN's int8 beats fbgemm's at 1 + K+1 rows
+    ({"float32": [1.3, 2.4], "int8 fbgemm": [0.49, 0.60], "int8 onednn": [0.45, 0.5]}, ("int8", False, "onednn")),
     # float32 only, where the transposed orientation is faster
-    ({"float32": [4.3, 11.2], "float32 transposed": [4.3, 4.2]}, ("float32", True)),
+    ({"float32": [4.3, 11.2], "float32 transposed": [4.3, 4.2]}, ("float32", True, "")),
 ])
 def test_pick_is_the_lowest_cost_at_1_and_k_plus_1_rows(timings, expected):
     p = P.pick(timings, 4, "Some CPU")
-    assert (p.name, p.transposed) == expected
-    assert p.reason.startswith(expected[0]) and "fastest here" in p.reason and "Some CPU" in p.reason
+    assert (p.name, p.transposed, p.kernel) == expected
+    assert p.reason.startswith(p.label + ":") and "fastest here" in p.reason and "Some CPU" in p.reason
+
+
+def test_a_requested_name_takes_its_fastest_variant_here():
+    timings = {"float32": [1.3, 2.4], "int8 fbgemm": [0.49, 0.60], "int8 onednn": [0.55, 0.9], "int4": [0.3, 0.4]}
+    assert P.pick(timings, 4, "Some CPU", ["int8"]).label == "int8 fbgemm"
+    assert P.pick(timings, 4, "Some CPU").label == "int4"
+
+
+DRAFT_SHAPES = {"layer": [[1152, 896], [896, 896], [9728, 896], [896, 4864]], "layers": 24, "head": [151936, 896]}
+
+
+@pytest.mark.parametrize("timings, expected", [
+    # per layer [one layer's matmuls, output layer] at 1 row: the output layer can decide it
+    ({"int8 onednn": [0.30, 14.4], "int8 fbgemm": [0.32, 6.3], "bfloat16": [0.50, 9.0]}, "int8 fbgemm"),
+    ({"int8 onednn": [0.20, 8.0], "int8 fbgemm": [0.32, 6.3], "int4": [0.45, 3.0]}, "int8 onednn"),  # 12.8, 14.0, 13.8
+    # auto never takes 4-bit draft weights (they cost more acceptance than they save); asked for, it does
+    ({"float32": [2.0, 30.0], "int4": [0.40, 3.0]}, "float32"),
+])
+def test_the_draft_picks_its_lowest_time_per_drafted_token(timings, expected):
+    p = P.pick_draft(timings, 24, "Some CPU")
+    assert p.label == expected
+    assert p.reason.startswith(expected + ":") and "one drafted token" in p.reason and "Some CPU" in p.reason
+    assert P.pick_draft({"float32": [2.0, 30.0], "int4": [0.40, 3.0]}, 24, "Some CPU", ["int4"]).label == "int4"
+
+
+def test_draft_shapes_follow_its_config():
+    from types import SimpleNamespace
+    config = SimpleNamespace(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
+                             num_hidden_layers=24, vocab_size=151936)
+    shapes = P.draft_shapes(config)
+    assert shapes["layer"] == [(1152, 896), (896, 896), (9728, 896), (896, 4864)]
+    assert (shapes["layers"], shapes["head"]) == (24, (151936, 896))
+
+
+def test_the_draft_is_calibrated_apart_from_the_verifier_and_cached(cache, monkeypatch):
+    from types import SimpleNamespace
+    calls = []
+    monkeypatch.setattr(P, "calibrate", lambda variants, k: calls.append("verifier") or {"int8 onednn": [1.0, 1.2],
+                                                                                        "int8 fbgemm": [0.9, 1.5]})
+    monkeypatch.setattr(P, "calibrate_draft", lambda variants, shapes: calls.append("draft") or {
+        "int8 onednn": [0.3, 14.0], "int8 fbgemm": [0.3, 6.0]})
+    config = SimpleNamespace(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                             num_hidden_layers=2, vocab_size=1000)
+    cpu = torch.device("cpu")
+    assert P.choose(cpu, "auto", 4).label == "int8 onednn"       # 2.2 < 2.4 at 1 + 5 rows
+    assert P.choose_draft(cpu, "auto", config).label == "int8 fbgemm"  # its output layer decides
+    assert P.choose_draft(cpu, "auto", config).label == "int8 fbgemm"
+    assert calls == ["verifier", "draft"]                         # each measured once, then read from the cache
+    assert len(list((cache / "calibration").glob("*.json"))) == 2
+    assert P.choose_draft(cpu, "int8", config).reason == "int8 fbgemm: requested"
+    with pytest.raises(ConfigError, match="draft_precision must be one of"):
+        P.choose_draft(cpu, "int3", config)
+    assert P.choose_draft(torch.device("mps"), "auto", config).name == "float16"
 
 
 def test_auto_measures_once_and_caches_per_machine(cache, monkeypatch):
     calls = []
 
-    def fake(names, k):
+    def fake(variants, k):
         calls.append(k)
-        return {"float32": [5.0, 5.0], "int8": [1.0, 2.0]}
+        return {"float32": [5.0, 5.0], "int8 fbgemm": [1.0, 2.0]}
 
     monkeypatch.setattr(P, "calibrate", fake)
     cpu = torch.device("cpu")
@@ -59,7 +133,7 @@ def test_auto_measures_once_and_caches_per_machine(cache, monkeypatch):
     assert calls == [4]                                  # the second choice read the cache
     (path,) = (cache / "calibration").glob("*.json")
     saved = json.loads(path.read_text())
-    assert saved["cpu"] == P.cpu_description() and saved["timings_ms"]["int8"] == [1.0, 2.0]
+    assert saved["cpu"] == P.cpu_description() and saved["timings_ms"]["int8 fbgemm"] == [1.0, 2.0]
     P.choose(cpu, "auto", 6)
     assert calls == [4, 6]                               # K is part of the key: K+1 rows differ
 

@@ -63,6 +63,16 @@ def test_lookup_drafter_on_the_real_verifier(real_pair, capsys):
     assert out["speculative"]["summary"]["drafted"] > 0
 
 
+def test_hybrid_drafter_on_the_real_pair(real_pair, capsys):
+    """Lookup where the output repeats the prompt, the draft model elsewhere; output unchanged."""
+    code, out, err = run_cli(capsys, "compare", "--drafter", "hybrid", "--max-new-tokens", "32",
+                             "--prompt", "Rename x to total in this code and return it unchanged otherwise:\n"
+                                         "def f(items):\n    x = 0\n    for i in items:\n        x += i\n    return x\n")
+    assert code == 0 and out["identical"] is True
+    assert out["speculative"]["summary"]["drafted"] > 0
+    assert "draft precision" in err and real_pair.draft_precision is not None  # chosen on the draft's own shapes
+
+
 def test_prompt_longer_than_the_context_is_a_clear_error(real_pair, capsys):
     code, _, err = run_cli(capsys, "generate", "--prompt", "word " * (real_pair.max_positions + 10))
     assert code == 2 and err.strip().splitlines()[-1].startswith(
