@@ -31,7 +31,7 @@ from specdec.cache import CachedLM
 from specdec.drafters import ModelDrafter
 from specdec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, cache_root
 from specdec.models import ModelPair, load_model, load_pair
-from specdec.precision import Precision, cpu_variants
+from specdec.precision import cpu_variants
 
 ROWS = (1, 2, 3, 5, 7)
 CUT = 32768  # ids the cut draft output layer scores (plus every special token)

@@ -97,7 +97,7 @@ def levers_block(d: dict) -> str:
         out.append("")
     c = d.get("compile")
     if c:
-        out.append(f"`torch.compile` of the draft's layers (inductor, dynamic shapes): " + (
+        out.append("`torch.compile` of the draft's layers (inductor, dynamic shapes): " + (
             f"failed: {c['error']}" if "error" in c else
             f"first call {c['compile_s']:.0f} s, then {c['compiled_ms']:.1f} ms a forward against "
             f"{c['eager_ms']:.1f} ms eager."))

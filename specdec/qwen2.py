@@ -104,7 +104,7 @@ class Qwen2Layer(torch.nn.Module):
     def __init__(self, shape: Qwen2Shape, w: dict[str, torch.Tensor], make: MakeLinear, prefix: str):
         super().__init__()
         self.shape = shape
-        H, G, D = shape.heads, shape.kv_heads, shape.head_dim
+        H, G = shape.heads, shape.kv_heads
         a, m = f"{prefix}self_attn.", f"{prefix}mlp."
         self.attn_norm = w[f"{prefix}input_layernorm.weight"].float()
         self.mlp_norm = w[f"{prefix}post_attention_layernorm.weight"].float()

@@ -147,11 +147,14 @@ def test_the_engine_hides_the_chat_template_from_lookup():
 
 
 def test_the_greedy_fast_path_proposes_what_the_general_path_does(pair, monkeypatch):
-    ctx, g = tiny.prompt_ids(), torch.Generator()
-    fast = _drafter(pair).propose(ctx, 4, SamplingConfig(0.0), g, confidence=0.3)
+    ctx, g, greedy = tiny.prompt_ids(), torch.Generator(), SamplingConfig(0.0)
+    free = _drafter(pair).propose(ctx, 8, greedy, g)
+    threshold = sorted(free.confidence)[len(free.confidence) // 2] + 1e-9  # stops mid-way
+    fast = _drafter(pair).propose(ctx, 8, greedy, g, confidence=threshold)
     monkeypatch.setattr(ModelDrafter, "fast_greedy", False)
-    slow = _drafter(pair).propose(ctx, 4, SamplingConfig(0.0), g, confidence=0.3)
-    assert (fast.tokens, fast.stopped) == (slow.tokens, slow.stopped)
+    slow = _drafter(pair).propose(ctx, 8, greedy, g, confidence=threshold)
+    assert (fast.tokens, fast.stopped) == (slow.tokens, slow.stopped) and fast.stopped == CONFIDENCE
+    assert fast.tokens == free.tokens[:len(fast.tokens)] and len(fast.tokens) < 8
     assert torch.equal(fast.probs, slow.probs)                          # one-hot at the argmax, row by row
     assert fast.confidence == pytest.approx(slow.confidence, rel=1e-5)
 
@@ -185,6 +188,12 @@ def test_hybrid_greedy_output_is_the_verifiers_and_the_trace_says_who_drafted(pa
     base = Generation(pair, prompt, DecodeConfig(max_new_tokens=30, sampling=greedy), make_drafter("none", pair)).run()
     assert gen.token_ids == base.token_ids
     assert {r.drafted_by for r in gen.rounds} == {"lookup", "model"}
+    from specdec.render import draft_stop_text, explain
+    for r in gen.rounds:  # the step-through says who drafted, and q's meaning follows
+        said = draft_stop_text(r, 4, 0.0)
+        assert said.startswith("Prompt lookup drafted" if r.drafted_by == "lookup" else "The draft model drafted")
+        if r.positions:
+            assert ("q is one-hot" in explain(r, "draft", "hybrid")) == (r.drafted_by == "lookup")
     # lookup rounds leave the draft model's cache behind; its next round catches up on every token
     assert any(r.draft_cache[0] < r.context_len - 1 for r in gen.rounds if r.drafted_by == "lookup")
     assert all(r.draft_cache[0] == r.context_len + len(r.positions) - 1 for r in gen.rounds if r.drafted_by == "model")
