@@ -120,6 +120,9 @@ MUTANTS = [
            "        s = x.abs().amax().clamp_min_(1e-30).div_(127).expand(x.shape[0], 1)         # (rows, 1)\n",
            "oneDNN int8 quantises the batch on one scale: a row's result depends on its batch (killed only "
            "where the CPU has VNNI or AMX, where that kernel is offered)"),
+    Mutant("long-chunk-mask-off-by-one", "specdec/qwen2.py",
+           "torch.ones(T, L + T, dtype=torch.bool).tril(L)", "torch.ones(T, L + T, dtype=torch.bool).tril(L + 1)",
+           "a prefill chunk longer than EXACT_ROWS sees one future token (the fused masked attention)"),
     Mutant("untested-shows-numbers", "specdec/render.py",
            "            if pos.tested:\n", "            if True:\n",
            "the step table gives p/q and u for a draft after the rejection"),

@@ -26,6 +26,20 @@ def test_float32_lean_forward_equals_transformers(transposed):
     assert lean.num_parameters() == sum(p.numel() for p in hf.parameters())
 
 
+def test_the_fused_masked_attention_of_long_chunks_equals_transformers():
+    """Chunks longer than EXACT_ROWS (every real prompt's prefill) take the fused masked
+    attention, not the row-by-row path: its causal mask, offset by the cached length, must give
+    transformers' logits for a chunk on an empty cache and for one after a cache."""
+    from specdec.qwen2 import EXACT_ROWS
+    hf = tiny.model(0, scale=4)
+    lean = tiny.lean(hf)
+    ids = (tiny.prompt_ids(40, seed=7) * 3)[:EXACT_ROWS + 40 + EXACT_ROWS + 7]
+    first, second = EXACT_ROWS + 40, EXACT_ROWS + 7           # both above EXACT_ROWS: the fused path
+    lm = CachedLM(lean, hf.config.vocab_size)
+    got = torch.cat([lm.forward(ids[:first], keep=first), lm.forward(ids[first:], keep=second)])
+    torch.testing.assert_close(got, hf_logits(hf, ids), rtol=1e-4, atol=1e-4)
+
+
 def test_rollback_then_forward_equals_a_fresh_forward():
     lean = tiny.lean(tiny.model(1))
     ids = tiny.prompt_ids(16)
