@@ -112,7 +112,23 @@ class DenseLinear(PackedLinear):
         return F.linear(x, self.weight, bias).float()
 
 
-class Int8Linear(PackedLinear):
+class _Int8(PackedLinear):
+    """What both int8 kernels share: built from int8 weights (out, in) and one scale per output
+    row, ``batch_invariant`` kept for the interface."""
+
+    @classmethod
+    def from_weight(cls, weight, bias, batch_invariant: bool = True):
+        return cls(*quantize_rows(weight), bias, batch_invariant)
+
+    @classmethod
+    def from_state(cls, state, bias, batch_invariant: bool = True):
+        return cls(state["qweight"], state["scales"], bias, batch_invariant)
+
+    def _options(self):
+        return {"batch_invariant": self.batch_invariant}
+
+
+class Int8Linear(_Int8):
     """W8A8 through fbgemm: int8 weights per output channel, activations quantised per row.
 
     fbgemm's dynamic linear picks one activation scale for the whole input from its min and max.
@@ -136,20 +152,11 @@ class Int8Linear(PackedLinear):
         self._pin = torch.zeros(1, self.in_features)
         self._pin[0, :2] = torch.tensor([1.0, -1.0])
 
-    @classmethod
-    def from_weight(cls, weight, bias, batch_invariant: bool = True):
-        return cls(*quantize_rows(weight), bias, batch_invariant)
 
     def state(self):
         q, _ = torch.ops.quantized.linear_unpack(self._packed)
         return {"qweight": q.int_repr(), "scales": q.q_per_channel_scales().float()}
 
-    @classmethod
-    def from_state(cls, state, bias, batch_invariant: bool = True):
-        return cls(state["qweight"], state["scales"], bias, batch_invariant)
-
-    def _options(self):
-        return {"batch_invariant": self.batch_invariant}
 
     def _matmul(self, x):
         if not self.batch_invariant:
@@ -165,7 +172,7 @@ def has_vnni(flags) -> bool:
     return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags))
 
 
-class Int8DnnLinear(PackedLinear):
+class Int8DnnLinear(_Int8):
     """W8A8 through oneDNN's int8 GEMM (``torch.ops.onednn.qlinear_pointwise``, VNNI or AMX), on
     plain int8 tensors: none of torch's deprecated quantized-tensor functions.
 
@@ -186,19 +193,10 @@ class Int8DnnLinear(PackedLinear):
         self._packed = torch.ops.onednn.qlinear_prepack(qweight.contiguous(), None)  # the only copy: oneDNN's layout
         self._zeros = torch.zeros(qweight.shape[0], dtype=torch.long)
 
-    @classmethod
-    def from_weight(cls, weight, bias, batch_invariant: bool = True):
-        return cls(*quantize_rows(weight), bias, batch_invariant)
 
     def state(self):
         return {"qweight": self._packed.to_dense().t().contiguous(), "scales": self.scales}
 
-    @classmethod
-    def from_state(cls, state, bias, batch_invariant: bool = True):
-        return cls(state["qweight"], state["scales"], bias, batch_invariant)
-
-    def _options(self):
-        return {"batch_invariant": self.batch_invariant}
 
     def _matmul(self, x):
         s = x.abs().amax(-1, keepdim=True).clamp_min_(1e-30).div_(127)               # (rows, 1)
