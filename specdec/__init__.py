@@ -4,7 +4,7 @@ from .drafters import Drafter, LookupDrafter, ModelDrafter, NoDrafter, Proposal
 from .embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, ModelLoadError
 from .engine import Generation, make_drafter
 from .models import ModelPair, load_pair
-from .rule import DrafterContractError, Verdict, verify
+from .rule import DrafterContractError, TreeVerdict, Verdict, verify, verify_tree
 from .sampling import NumericalError
 from .settings import DRAFTERS, ModelChoice, RunSettings
 from .trace import DraftPosition, PhaseTimes, RoundTrace, RunSummary, TokenProb, TraceFile, summarize
@@ -12,7 +12,7 @@ from .trace import DraftPosition, PhaseTimes, RoundTrace, RunSummary, TokenProb,
 __all__ = [
     "ConfigError", "DecodeConfig", "SamplingConfig", "Drafter", "LookupDrafter", "ModelDrafter", "NoDrafter",
     "Proposal", "DEFAULT_DRAFT", "DEFAULT_TARGET", "EMBEDDED", "ModelLoadError", "Generation", "make_drafter",
-    "ModelPair", "load_pair", "DrafterContractError", "Verdict", "verify", "NumericalError", "DRAFTERS",
-    "ModelChoice", "RunSettings", "DraftPosition", "PhaseTimes", "RoundTrace", "RunSummary", "TokenProb",
-    "TraceFile", "summarize",
+    "ModelPair", "load_pair", "DrafterContractError", "TreeVerdict", "Verdict", "verify", "verify_tree",
+    "NumericalError", "DRAFTERS", "ModelChoice", "RunSettings", "DraftPosition", "PhaseTimes", "RoundTrace",
+    "RunSummary", "TokenProb", "TraceFile", "summarize",
 ]

@@ -7,6 +7,10 @@ an all-accepted round (it never fed its own K-th token) and catches up in its ne
 So the last context token is always the first input of the next round, and no forward pass is
 spent "re-preparing" logits.
 
+A tree round (:mod:`specdec.tree`) appends a whole token tree; before the rollback,
+:meth:`CachedLM.keep` moves the accepted path's entries into place, after which the same
+invariant holds. Only the lean forward's cache can do that; the tree drafter refuses other models.
+
 Rollback goes through the cache API (``crop``, of ``DynamicCache`` or of the lean Qwen2 forward's
 :class:`~specdec.qwen2.KVCache`), never by slicing per-layer tensors; a cache that cannot be
 cropped is refused when the pair is loaded (:func:`specdec.models.check_rollback`).
@@ -16,7 +20,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from .qwen2 import LeanQwen2
+from .qwen2 import LeanQwen2, TreeAttention
 
 PREFILL_CHUNK = 256  # tokens per prefill forward: a long prompt stays cancellable
 
@@ -46,6 +50,17 @@ class CachedLM:
         x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
         out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep)
         return out.logits[0, -keep:, : self.vocab_size]  # (keep, V)
+
+    @torch.inference_mode()
+    def forward_tree(self, ids: list[int], tree: TreeAttention) -> torch.Tensor:
+        """Append a token tree (T rows, positions and visible entries in ``tree``); (T, V) logits."""
+        if not self.lean:
+            raise TypeError("token trees need the lean Qwen2 forward (its cache keeps tree entries in place)")
+        return self.model(torch.tensor(ids, dtype=torch.long), self.cache, len(ids), tree)[:, : self.vocab_size]
+
+    def keep(self, start: int, sources: list[int]) -> None:
+        """Keep the entries at ``sources`` (ascending) right after the first ``start``, drop the rest."""
+        self.cache.compact(start, torch.tensor(sources, dtype=torch.long))
 
     def prefill(self, ids: list[int], cancelled=lambda: False) -> bool:
         """Feed tokens whose logits nobody needs (the prompt but its last token), in chunks of

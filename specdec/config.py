@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 
 MAX_K = 32
+MAX_TREE_WIDTH = 8
+MAX_TREE_NODES = 64
 MIN_TEMPERATURE = 0.01  # below this (but above 0) logits / T overflows or rounds every token but one away
 
 
@@ -76,7 +78,9 @@ class DecodeConfig:
     The draft length then depends only on the draft, so the rule stays lossless.
     ``draft_noise`` e in [0, 1] degrades the draft on purpose, losslessly: it samples from and
     reports (1 - e) q + e * uniform. ``ignore_eos`` lets a run go on past stop tokens up to
-    ``max_new_tokens`` (equal work for timing comparisons, as vLLM's benchmarks do)."""
+    ``max_new_tokens`` (equal work for timing comparisons, as vLLM's benchmarks do).
+    ``tree_width`` W and ``tree_nodes`` N shape the tree drafter's trees (children per expanded
+    node, node budget; K is the depth); 0 lets the machine's measured cost fit choose."""
 
     max_new_tokens: int = 64
     k: int = 6             # defaults measured on the embedded pair: benchmarks/results, README "Speed"
@@ -85,6 +89,8 @@ class DecodeConfig:
     sampling: SamplingConfig = SamplingConfig()
     draft_noise: float = 0.0
     ignore_eos: bool = False
+    tree_width: int = 0
+    tree_nodes: int = 0
 
     def __post_init__(self):
         _require(_is_int(self.k) and 1 <= self.k <= MAX_K, "k", f"an integer in [1, {MAX_K}]", self.k)
@@ -97,6 +103,10 @@ class DecodeConfig:
         e = self.draft_noise
         _require(_is_number(e) and 0 <= e <= 1, "draft_noise", "a number in [0, 1], 0 for the draft as it is", e)
         _require(isinstance(self.ignore_eos, bool), "ignore_eos", "True or False", self.ignore_eos)
+        _require(_is_int(self.tree_width) and 0 <= self.tree_width <= MAX_TREE_WIDTH, "tree_width",
+                 f"an integer in [1, {MAX_TREE_WIDTH}], or 0 to choose by this machine's costs", self.tree_width)
+        _require(_is_int(self.tree_nodes) and 0 <= self.tree_nodes <= MAX_TREE_NODES, "tree_nodes",
+                 f"an integer in [1, {MAX_TREE_NODES}], or 0 to choose by this machine's costs", self.tree_nodes)
         _set(self, "confidence", float(c))
         _set(self, "draft_noise", float(e))
 

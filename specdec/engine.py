@@ -20,27 +20,41 @@ import torch
 from .cache import CachedLM
 from .config import ConfigError, DecodeConfig
 from .devices import Clock
+from .qwen2 import LeanQwen2
 from .drafters import LIMIT, Drafter, HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
-from .rule import verify
+from .rule import verify, verify_tree
 from .sampling import probs_from_logits
 from .settings import DRAFTERS
-from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, Candidate, DraftPosition,
-                    TESTED, PhaseTimes, RoundTrace, RunSummary, TokenProb, summarize)
+from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNREACHED, UNTESTED, Candidate,
+                    DraftPosition, TESTED, PhaseTimes, RoundTrace, RunSummary, TokenProb, TreeNode, TreeRound,
+                    summarize)
+from .tree import BUDGET, TreeDrafter, depths, verifier_attention
 
 TOP_N = 8  # entries of p, q and the residual kept per position: enough for a bar chart
 HYBRID_MIN_NGRAM = 3  # measured: 3-grams 11.1 tok/s, 2-grams 9.9, 1-grams 10.5 on held-out code (levers)
 
 
 def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool, ...] = (),
-                 stop_ids: frozenset[int] | None = None) -> Drafter:
+                 stop_ids: frozenset[int] | None = None, tree: tuple[int, int] = (0, 0)) -> Drafter:
     """``model`` (the pair's draft model), ``hybrid`` (prompt lookup where it matches, the model
-    elsewhere), ``lookup`` (prompt lookup) or ``none`` (verifier only).
+    elsewhere), ``lookup`` (prompt lookup), ``tree`` (the draft model drafting token trees of
+    ``tree`` = (width, nodes), 0 for the machine's choice) or ``none`` (verifier only).
     ``hidden``: the prompt positions prompt lookup must not read (the chat template's markup);
     ``stop_ids``: after drafting one of these the model drafter stops (default: the pair's)."""
     if kind == "none":
         return NoDrafter(pair.vocab_size)
     if kind == "lookup":
         return LookupDrafter(pair.vocab_size, hidden=hidden)
+    if kind == "tree":
+        from .tree_shape import default_shape
+        if pair.draft is None:
+            raise ConfigError("drafter 'tree' needs a draft model; load one or use drafter 'lookup'", "drafter")
+        if not (isinstance(pair.target, LeanQwen2) and isinstance(pair.draft, LeanQwen2)):
+            raise ConfigError("drafter 'tree' needs the lean Qwen2 forward (Qwen2 models on the CPU); "
+                              "use drafter 'model' for these models", "drafter")
+        width, nodes = default_shape(pair) if 0 in tree else tree
+        return TreeDrafter(pair.draft, pair.vocab_size, clock or Clock(pair.device), tree[0] or width,
+                           tree[1] or nodes, pair.stop_ids if stop_ids is None else stop_ids)
     if kind in ("model", "hybrid"):
         if pair.draft is None:
             raise ConfigError(f"drafter {kind!r} needs a draft model; load one or use drafter 'lookup'", "drafter")
@@ -78,7 +92,8 @@ class Generation:
                     ) -> Generation:
         """Validate and encode the prompt (through the chat template unless ``chat`` is False)."""
         ids, hidden = pair.encode_marked(prompt, chat=chat)
-        return cls(pair, ids, cfg, make_drafter(drafter, pair, hidden=hidden, stop_ids=_stop_ids(pair, cfg)))
+        return cls(pair, ids, cfg, make_drafter(drafter, pair, hidden=hidden, stop_ids=_stop_ids(pair, cfg),
+                                                tree=(cfg.tree_width, cfg.tree_nodes)))
 
     def __iter__(self) -> Iterator[RoundTrace]:
         return self
@@ -133,9 +148,16 @@ class Generation:
             if room <= 0:
                 self.stop_reason = "max_new_tokens" if len(self.token_ids) >= cfg.max_new_tokens else "context"
                 return
+            asked = min(cfg.k, room - 1)
+            if isinstance(drafter, TreeDrafter):
+                record = self._tree_round(context, target, asked, generator)
+                self.rounds.append(record)
+                yield record
+                if self.stop_reason:
+                    return
+                continue
             t0 = clock()
             # 1. draft up to K tokens (fewer when the round could overrun the budget or the context)
-            asked = min(cfg.k, room - 1)
             proposal = drafter.propose(context, asked, s, generator, cfg.confidence, cfg.draft_noise)
             drafted = proposal.tokens
             k = len(drafted)
@@ -180,6 +202,91 @@ class Generation:
             yield record
             if self.stop_reason:
                 return
+
+    def _tree_round(self, context: list[int], target: CachedLM, asked: int, generator) -> RoundTrace:
+        """One round with a token tree (:mod:`specdec.tree`): the same steps as a chain's."""
+        cfg, drafter, s, clock = self.cfg, self.drafter, self.cfg.sampling, self._clock
+        t0 = clock()
+        # 1. draft a token tree of depth <= K (less when the round could overrun the budget or the context)
+        tree = drafter.propose(context, asked, s, generator, cfg.confidence, cfg.draft_noise)
+        t1 = clock()
+        # 2. ONE verifier forward over the root and every node, each seeing the context and its ancestors
+        cached = len(target)                                                        # the context but the root
+        logits = target.forward_tree(list(tree.tokens), verifier_attention(tree.parents, cached))  # (N+1, V)
+        t_fwd = clock()
+        target_probs = probs_from_logits(logits, s)                                 # (N+1, V)
+        target_len = len(target)
+        t2 = clock()
+        # 3. walk the tree with the rule: the accepted path, then a resample or the bonus
+        v = verify_tree(tree.parents, torch.tensor([tree.tokens]), tree.probs[None], target_probs[None], generator,
+                        greedy=s.greedy, keep_residuals=True)
+        path = v.path[0, : int(v.n_accepted[0])].tolist()
+        new = [tree.tokens[j] for j in path] + [int(v.next_token[0])]
+        t3 = clock()
+        # 4. emit, cut after the first stop token (an accepted stop-token node is a leaf)
+        stop_at = next((i for i, tok in enumerate(new) if tok in self.stop_ids), None)
+        if stop_at is not None:
+            new = new[: stop_at + 1]
+            self.stop_reason = "eos"
+        context += new
+        # 5. both caches keep the accepted path's entries, then roll back to the invariant
+        draft_len = len(drafter.cache)
+        target.keep(cached + 1, [cached + j for j in path])
+        drafter.keep_path(path)
+        target.rollback(context)
+        drafter.rollback(context)
+        t4 = clock()
+        # 6. record the round
+        pieces = self._append_text(new)
+        record = self._tree_record(tree, target_probs, v, path, new, pieces, len(context) - len(new),
+                                   (target_len, len(target)), (draft_len, len(drafter.cache)))
+        record["draft_stop"] = ("tree_budget" if tree.stopped == BUDGET else tree.stopped if tree.stopped != LIMIT
+                                else "k" if asked == cfg.k else "budget")
+        t5 = clock()
+        times = PhaseTimes(draft=t1 - t0, verify=t2 - t1, accept=t3 - t2, rollback=t4 - t3,
+                           other=t5 - t4, forward=tree.forward_s + (t_fwd - t1))
+        start_of_round = self.rounds[-1].elapsed if self.rounds else self.prefill_s
+        return RoundTrace(**{**record, "times": times, "elapsed": start_of_round + times.total})
+
+    def _tree_record(self, tree, target_probs, v, path, new, pieces, context_len, target_cache, draft_cache) -> dict:
+        """A tree round's fields but its times. ``positions`` are the chain view of the round (the
+        accepted path, then the first rejected child of the node the walk stopped at), so the
+        summaries and the colour-coded output read a tree round as a chain; ``tree`` has every node."""
+        q, p = tree.probs, target_probs                                              # (N+1, V) each
+        nums = lambda x: None if x != x else float(x)  # noqa: E731  NaN (untested) -> None
+        ratios, uniforms, residuals = v.ratios[0].tolist(), v.uniforms[0].tolist(), v.residuals[0]
+        tested, accepted = v.tested[0].tolist(), v.accepted[0].tolist()
+        depth, last = depths(tree.parents), int(v.last[0])
+        nodes = [TreeNode(-1, tree.tokens[0], self.pair.token_text(tree.tokens[0]), 0, 1.0, 1.0, 1.0, ROOT, None, None)]
+        for j in range(1, len(tree.parents)):
+            a, tok = tree.parents[j], tree.tokens[j]
+            status = ACCEPTED if accepted[j] else REJECTED if tested[j] else UNTESTED
+            nodes.append(TreeNode(a, tok, self.pair.token_text(tok), depth[j], float(q[a, tok]), tree.path_q[j],
+                                  float(p[a, tok]), status, nums(ratios[j]), nums(uniforms[j]),
+                                  self._top(residuals[j]) if status == REJECTED else ()))
+        emitted_drafts = min(len(path), len(new))
+        stopped_in_drafts = len(new) <= len(path)
+        first_rejected = next((j for j in range(1, len(nodes)) if tree.parents[j] == last), None)
+        shown = path + ([first_rejected] if first_rejected is not None and not stopped_in_drafts else [])
+        positions = []
+        for i, j in enumerate(shown):
+            a, tok = tree.parents[j], tree.tokens[j]
+            status = ACCEPTED if i < emitted_drafts else AFTER_STOP if stopped_in_drafts else REJECTED
+            positions.append(DraftPosition(
+                token_id=tok, text=nodes[j].text, q=nodes[j].q, p=nodes[j].p, ratio=nodes[j].ratio, u=nodes[j].u,
+                beta=float(torch.minimum(p[a], q[a]).sum()), status=status,
+                candidates=self._candidates(p[a], q[a], tok), confidence=None))
+        nxt = int(v.next_token[0])
+        if stopped_in_drafts:
+            kind, token, top = None, None, ()
+        else:
+            kind = PLAIN if len(nodes) == 1 else RESAMPLED if first_rejected is not None else BONUS
+            token, top = TokenProb(nxt, self.pair.token_text(nxt), float(v.next_dist[0, nxt])), self._top(v.next_dist[0])
+        return dict(index=len(self.rounds), context_len=context_len, positions=tuple(positions),
+                    n_accepted=emitted_drafts, rejected_at=len(path) if kind == RESAMPLED else None,
+                    next_kind=kind, next_token=token, next_top=top, emitted=tuple(new), pieces=pieces,
+                    target_cache=target_cache, draft_cache=draft_cache, drafted_by="",
+                    tree=TreeRound(tuple(nodes), tree.width, tree.budget, tuple(path)))
 
     def _record(self, proposal, target_probs, v, new: list[int], pieces, context_len, target_cache,
                 draft_cache) -> dict:

@@ -21,8 +21,17 @@ verifier-only output token for token, not just up to near-ties. (A fused masked 
 all rows sums in a different order; with int8 activations such rounding differences can move
 an activation across a quantisation step and flip a later argmax.)
 
+**Token trees** (SpecInfer, Miao et al. 2023, Section 4): a forward may take T rows that form a
+tree rather than a chain (:class:`TreeAttention`): each row has its own position (its depth)
+and attends to exactly the cached context plus its own ancestors. With ``exact`` (the
+verifier's trees) each row's keys are gathered into one contiguous tensor and attended to by the same
+call a one-token forward at the end of that path makes, so a node's logits are bitwise those of a
+chain forward along its path; otherwise (the draft, which needs no invariance) one fused
+masked attention serves all rows.
+
 The KV cache keeps one tensor per layer with room to spare; rolling back is setting a length
-(``crop``), so the engine's one cache invariant holds exactly as with ``DynamicCache``.
+(``crop``), so the engine's one cache invariant holds exactly as with ``DynamicCache``. After a
+tree round, ``compact`` moves the accepted path's entries into place first.
 
 Shapes: T new tokens, L cached tokens, H query heads, G key/value heads, D head size,
 E hidden size, I intermediate size, V vocabulary rows.
@@ -70,6 +79,22 @@ def supports(config) -> bool:
             and not getattr(config, "use_sliding_window", False) and config.hidden_act == "silu")
 
 
+@dataclass(frozen=True)
+class TreeAttention:
+    """Where each of T new rows sits and what it sees: a token tree over a cache of L entries."""
+
+    positions: torch.Tensor              # (T,) absolute positions, for RoPE
+    keys: tuple[torch.Tensor, ...]       # per row, ascending cache indices it attends to (itself last)
+    exact: bool = True                   # row by row (batch-invariant) rather than one fused masked call
+
+    def mask(self, total: int) -> torch.Tensor:
+        """(T, total) bool: row t may attend to cache entry j."""
+        m = torch.zeros(len(self.keys), total, dtype=torch.bool)
+        for t, idx in enumerate(self.keys):
+            m[t, idx] = True
+        return m
+
+
 class KVCache:
     """Per layer one (G, capacity, D) key and value tensor; ``length`` tokens of it are valid."""
 
@@ -99,6 +124,17 @@ class KVCache:
             raise ValueError(f"cannot crop a cache of {self.length} tokens to {n}")
         self.length = n
 
+    def compact(self, start: int, sources: torch.Tensor) -> None:
+        """Keep the entries at ``sources`` (ascending, all >= start) at start, start+1, ... and
+        drop everything after them: a tree round keeps only its accepted path."""
+        n = start + len(sources)
+        if len(sources) and not (int(sources[0]) >= start and int(sources[-1]) < self.length):
+            raise ValueError(f"cannot keep entries {sources.tolist()} of a cache of {self.length} from {start}")
+        for kv in (self.k, self.v):
+            for t in kv:
+                t[:, start:n] = t[:, sources]  # advanced indexing copies first, so overlaps are safe
+        self.length = n
+
 
 class Qwen2Layer(torch.nn.Module):
     def __init__(self, shape: Qwen2Shape, w: dict[str, torch.Tensor], make: MakeLinear, prefix: str):
@@ -116,7 +152,8 @@ class Qwen2Layer(torch.nn.Module):
         self.down = make(w[f"{m}down_proj.weight"], None)
 
     def forward(self, x: torch.Tensor, rot: torch.Tensor, cache: KVCache, i: int,
-                mask: torch.Tensor | None) -> torch.Tensor:
+                mask: torch.Tensor | None, rows: tuple[torch.Tensor, ...] | None = None,
+                fused: bool = False) -> torch.Tensor:
         s, (T, _), L = self.shape, x.shape, cache.length
         H, G, D = s.heads, s.kv_heads, s.head_dim
         qkv = self.qkv(F.rms_norm(x, (s.hidden,), self.attn_norm, s.eps))    # (T, H*D + 2*G*D)
@@ -125,7 +162,11 @@ class Qwen2Layer(torch.nn.Module):
         cache.k[i][:, L:L + T] = qk[:, H:].transpose(0, 1)
         cache.v[i][:, L:L + T] = qkv[:, (H + G) * D:].view(T, G, D).transpose(0, 1)
         keys, values = cache.k[i][:, : L + T], cache.v[i][:, : L + T]      # (G, L+T, D)
-        if mask is None or T > EXACT_ROWS:
+        if rows is not None:  # a tree, exactly: each row over its own keys, gathered contiguous
+            att = torch.cat([F.scaled_dot_product_attention(q[None, :, t:t + 1], cache.k[i][None, :, idx],
+                                                            cache.v[i][None, :, idx], enable_gqa=True)
+                             for t, idx in enumerate(rows)], dim=2)                     # (1, H, T, D)
+        elif fused or mask is None or T > EXACT_ROWS:
             att = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                                  enable_gqa=True)                       # (1, H, T, D)
         else:  # row t sees L+t+1 keys: the very call a one-token forward at that position makes
@@ -193,17 +234,25 @@ class LeanQwen2(torch.nn.Module):
         return self.rows
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, cache: KVCache, keep: int) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, cache: KVCache, keep: int, tree: TreeAttention | None = None
+                ) -> torch.Tensor:
         T, L = ids.shape[0], cache.length
         cache.reserve(L + T)
-        if L + T > self.rot.shape[0]:
-            self._rope_table(max(L + T, 2 * self.rot.shape[0]))
-        rot = self.rot[L:L + T]                                                          # (T, D/2)
-        # Causal within the new tokens; all cached tokens are visible. One new token needs no mask.
-        mask = None if T == 1 else torch.ones(T, L + T, dtype=torch.bool).tril(L)       # (T, L+T)
+        top = L + T if tree is None else int(tree.positions.max()) + 1
+        if top > self.rot.shape[0]:
+            self._rope_table(max(top, 2 * self.rot.shape[0]))
+        rows = None
+        if tree is None:
+            rot = self.rot[L:L + T]                                                      # (T, D/2)
+            # Causal within the new tokens; all cached tokens are visible. One new token needs no mask.
+            mask = None if T == 1 else torch.ones(T, L + T, dtype=torch.bool).tril(L)   # (T, L+T)
+        else:
+            rot = self.rot[tree.positions]                                               # (T, D/2)
+            mask = None if tree.exact else tree.mask(L + T)                              # (T, L+T)
+            rows = tree.keys if tree.exact else None
         x = self.embed[ids].float()                                                      # (T, E)
         for i, layer in enumerate(self.layers):
-            x = layer(x, rot, cache, i, mask)
+            x = layer(x, rot, cache, i, mask, rows, fused=tree is not None)
         cache.length = L + T
         x = F.rms_norm(x[-keep:], (self.shape.hidden,), self.norm, self.shape.eps)
         if self.head_rows is None:

@@ -9,7 +9,13 @@ tokens are then distributed exactly as p.
 This module is pure: no model, no cache, no tokenizer. It is batched over B independent trials so
 that the losslessness test can run 10^5 rounds in one call; the engine calls it with B = 1.
 
-Shapes: B trials, K drafted tokens, V vocabulary entries.
+A tree of drafted tokens is verified by recursive rejection sampling without replacement
+(``verify_tree``; Jeon et al. 2024, "Recursive Speculative Decoding", arXiv:2402.14160):
+the siblings below a node are tested in the order they were drawn, each against what is left of p
+after the earlier ones were rejected. The chain is the tree of width 1 and gives ``verify``'s rule.
+
+Shapes: B trials, K drafted tokens, V vocabulary entries; in a tree N+1 nodes (node 0 the root),
+D its depth and W the most children of one node.
 """
 from __future__ import annotations
 
@@ -73,3 +79,163 @@ def verify(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: 
     else:
         next_token = draw(next_dist, generator)
     return Verdict(ratios, uniforms, n_accepted, next_dist, next_token)
+
+
+@dataclass(frozen=True)
+class TreeVerdict:
+    tested: torch.Tensor      # (B, N+1) bool  the rule decided on this node (compared it, at T = 0)
+    accepted: torch.Tensor    # (B, N+1) bool  on the accepted path (the root excluded)
+    ratios: torch.Tensor      # (B, N+1) r(x) / q_i(x) at the test (T = 0: p(x), 0 or 1); NaN where untested
+    uniforms: torch.Tensor    # (B, N+1) the draw u in (0, 1] at the test; NaN where untested or greedy
+    path: torch.Tensor        # (B, D)   node indices of the accepted path in depth order, -1 padded
+    n_accepted: torch.Tensor  # (B,)     length of the accepted path, 0..D
+    last: torch.Tensor        # (B,)     the node the walk stopped at (0 = the root)
+    next_dist: torch.Tensor   # (B, V)   last residual after every child of `last` was rejected, or p at `last`
+    next_token: torch.Tensor  # (B,)     sampled from next_dist (argmax when greedy)
+    residuals: torch.Tensor | None  # (B, N+1, V) the residual right after node j was rejected, zeros elsewhere
+
+
+def _without(q: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
+    """(L, V) q with the tokens of the earlier siblings removed and renormalised: the law of the next
+    draw without replacement. Not renormalising inflates the ratio r(x) / q_i(x) of every later sibling."""
+    kept = q.masked_fill(removed, 0.0)                                # (L, V)
+    # A first child sees q exactly as the drafter returned it: dividing a row that sums to 1 only up to
+    # rounding would move its mass by an ulp, and a chain would no longer be ``verify`` bit for bit.
+    return torch.where(removed.any(-1, keepdim=True), kept / kept.sum(-1, keepdim=True).clamp_min(1e-30), q)
+
+
+def _residual(r: torch.Tensor, q_i: torch.Tensor) -> torch.Tensor:
+    """(L, V) norm(max(0, r - q_i)): what the next sibling (or the final token) must be drawn from after
+    q_i's sample was rejected under target r. Keeping r instead re-counts the mass already offered."""
+    res = (r - q_i).clamp_min(0)                                      # (L, V)
+    mass = res.sum(-1, keepdim=True)                                  # (L, 1)
+    # A rejection implies r(x) < q_i(x), hence mass > 0 mathematically; only rounding can zero it, when
+    # r == q_i up to rounding. The residual before it is then the nearest distribution at hand (as in
+    # ``verify``, which falls back to p): it never gives 0 / 0 = NaN, and the event is as rare as the rounding.
+    return torch.where(mass > 0, res / mass.clamp_min(1e-30), r)
+
+
+def _children(parents: list[int] | tuple[int, ...]) -> tuple[torch.Tensor, int]:
+    """The (N+1, W) children table, -1 padded, each node's children in increasing index order (the order
+    the drafter drew them in), and the depth D."""
+    if len(parents) == 0 or parents[0] != -1:
+        raise ValueError(f"parents[0] must be -1 (node 0 is the root), got {list(parents[:1])}")
+    kids: list[list[int]] = [[] for _ in parents]
+    depth = [0]
+    for i in range(1, len(parents)):
+        j = parents[i]
+        if not 0 <= j < i:
+            raise ValueError(f"parents[{i}] = {j}: a node's parent must come before it, 0 <= parents[i] < i")
+        kids[j].append(i)
+        depth.append(depth[j] + 1)
+    W = max(len(k) for k in kids)
+    table = torch.tensor([k + [-1] * (W - len(k)) for k in kids], dtype=torch.long)
+    return table.reshape(len(parents), W), max(depth)                 # (N+1, W)
+
+
+def _check_drafter(children: torch.Tensor, tokens: torch.Tensor, draft_probs: torch.Tensor) -> None:
+    # q_i(x_i) > 0 iff q(x_i) > 0 under the parent's row and x_i is no earlier sibling's token (sampling
+    # without replacement never repeats one). Checked for every node, tested or not, so that a broken
+    # drafter is refused whatever the draws; broken, r(x) / 0 = inf would accept the token always.
+    for j in range(children.shape[0]):
+        seen = torch.zeros(tokens.shape[0], draft_probs.shape[-1], dtype=torch.bool)  # (B, V)
+        for i in children[j][children[j] >= 0].tolist():
+            x = tokens[:, i:i + 1]                                    # (B, 1)
+            q_x = draft_probs[:, j].gather(-1, x).squeeze(-1)         # (B,)
+            bad = (q_x <= 0) | seen.gather(-1, x).squeeze(-1)         # (B,)
+            if bool(bad.any()):
+                b = int(bad.nonzero()[0])
+                raise DrafterContractError(
+                    f"node {i} drafted token {int(x[b])} (trial {b}) with q_i(x) = 0 under node {j}'s q with its "
+                    "earlier siblings removed: a duplicate sibling, or not sampled from the q the drafter returned")
+            seen.scatter_(-1, x, True)
+
+
+def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draft_probs: torch.Tensor,
+                target_probs: torch.Tensor, generator: torch.Generator, greedy: bool = False,
+                keep_residuals: bool = False) -> TreeVerdict:
+    """Walk a token tree from the root with recursive rejection sampling without replacement (Jeon et al.
+    2024): at node ``cur`` with residual r (first p[cur]), child i with token x_i is kept iff
+    u <= r(x_i) / q_i(x_i), q_i = q[cur] with the earlier siblings' tokens removed and renormalised; on a
+    rejection r <- norm(max(0, r - q_i)) and the next child is tested; a kept child becomes ``cur`` with
+    r = p[child]. When every child is rejected the final token is drawn from r; at a leaf it is the bonus
+    from p[leaf]. SpecInfer (Miao et al. 2023) is the variant with replacement: siblings drawn i.i.d.
+    and every q_i = q[cur]; with siblings drawn without replacement, that q_i would no longer be their law.
+
+    ``parents[i]`` is node i's parent (``parents[0] == -1``, ``parents[i] < i``); tokens (B, N+1), column 0
+    unused; draft_probs (B, N+1, V), row j the q node j's children were drawn from without replacement;
+    target_probs (B, N+1, V), row j the verifier's p after node j's path. ``keep_residuals`` returns the
+    (B, N+1, V) residual left after each rejection, for the renderers (zeros at T = 0, where none is formed).
+
+    Greedy (T = 0) is SpecInfer's VerifyGreedy: step to the child whose token is argmax p[cur], else emit
+    argmax p[cur]. It consumes no randomness and ignores q: at T = 0 the tree's q only served the drafter to
+    rank its candidates, and the output is the verifier's greedy sequence whatever q says.
+    """
+    if tokens.dim() != 2 or tokens.shape[1] != len(parents):
+        raise ValueError(f"tokens must be (B, N+1) with N+1 = len(parents) = {len(parents)}, "
+                         f"got {tuple(tokens.shape)}")
+    B, N1 = tokens.shape
+    V = target_probs.shape[-1]
+    if tuple(target_probs.shape) != (B, N1, V):
+        raise ValueError(f"p must be (B, N+1, V) = {(B, N1, V)}, got {tuple(target_probs.shape)}")
+    if tuple(draft_probs.shape) != (B, N1, V):
+        raise ValueError(f"q must be (B, N+1, V) = {(B, N1, V)}, got {tuple(draft_probs.shape)}")
+    children, D = _children(parents)                                  # (N+1, W)
+    if not greedy:
+        _check_drafter(children, tokens, draft_probs)
+
+    p, q = target_probs, draft_probs
+    rows = torch.arange(B)
+    cur = torch.zeros(B, dtype=torch.long)                            # (B,)
+    walking = torch.ones(B, dtype=torch.bool)                         # (B,)
+    r = p[:, 0].clone()                                               # (B, V)
+    tested = torch.zeros(B, N1, dtype=torch.bool)                     # (B, N+1)
+    accepted = torch.zeros(B, N1, dtype=torch.bool)                   # (B, N+1)
+    ratios = torch.full((B, N1), float("nan"), dtype=p.dtype)         # (B, N+1)
+    uniforms = torch.full((B, N1), float("nan"))                      # (B, N+1)
+    path = torch.full((B, D), -1, dtype=torch.long)                   # (B, D)
+    residuals = p.new_zeros(B, N1, V) if keep_residuals else None     # (B, N+1, V)
+    # One pass per depth, one (B,)-wide step per sibling slot: Python loops over D * W, never over trials.
+    for d in range(D + 1):
+        kids = children[cur]                                          # (B, W)
+        removed = torch.zeros(B, V, dtype=torch.bool)                 # (B, V) tokens of rejected siblings
+        stepped = torch.zeros(B, dtype=torch.bool)                    # (B,)
+        best = p[rows, cur].argmax(-1)                                # (B,) greedy's choice
+        for w in range(children.shape[1]):
+            b = (walking & ~stepped & (kids[:, w] >= 0)).nonzero().squeeze(-1)  # (L,) trials testing slot w
+            if len(b) == 0:
+                break  # children are left-aligned: no trial has a child in a later slot either
+            c = kids[b, w]                                            # (L,) the node under test
+            x = tokens[b, c]                                          # (L,)
+            tested[b, c] = True
+            if greedy:
+                ratio = p[b, cur[b]].gather(-1, x[:, None]).squeeze(-1)  # (L,)
+                take = x == best[b]
+            else:
+                q_i = _without(q[b, cur[b]], removed[b])              # (L, V)
+                ratio = (r[b].gather(-1, x[:, None]) / q_i.gather(-1, x[:, None])).squeeze(-1)  # (L,)
+                # u in (0, 1], as in ``verify``: u <= ratio accepts with probability exactly min(1, ratio).
+                u = 1.0 - torch.rand(len(b), generator=generator)     # (L,)
+                uniforms[b, c] = u
+                take = u <= ratio
+                out, gone = b[~take], c[~take]
+                r[out] = _residual(r[out], q_i[~take])
+                removed[b, x] = True
+                if residuals is not None:
+                    residuals[out, gone] = r[out]
+            ratios[b, c] = ratio
+            kept, node = b[take], c[take]
+            accepted[kept, node] = True
+            path[kept, d] = node
+            stepped[kept] = True
+            cur[kept] = node
+        walking &= stepped
+        r[walking] = p[walking, cur[walking]]
+        if not bool(walking.any()):
+            break
+
+    # At T = 0 the residual is never formed; p at the last node is what the argmax reads.
+    next_dist = p[rows, cur] if greedy else r                         # (B, V)
+    next_token = next_dist.argmax(-1) if greedy else draw(next_dist, generator)
+    return TreeVerdict(tested, accepted, ratios, uniforms, path, accepted.sum(-1), cur, next_dist, next_token,
+                       residuals)

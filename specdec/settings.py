@@ -16,10 +16,10 @@ from .devices import DEVICES
 from .embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 from .precision import PRECISIONS
 
-# the draft model, prompt lookup where it finds a match and the draft model elsewhere, prompt
-# lookup alone, or nobody (verifier only)
-DRAFTERS = ("model", "hybrid", "lookup", "none")
-MODEL_DRAFTERS = ("model", "hybrid")  # the drafters that need the draft model
+# the draft model, prompt lookup where it finds a match and the draft model elsewhere, the draft
+# model drafting token trees, prompt lookup alone, or nobody (verifier only)
+DRAFTERS = ("model", "hybrid", "tree", "lookup", "none")
+MODEL_DRAFTERS = ("model", "hybrid", "tree")  # the drafters that need the draft model
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ class RunSettings:
                 "device": m.device, "precision": m.precision,
                 "draft_precision": m.draft_precision if self.drafter in MODEL_DRAFTERS else None, "k": d.k, "confidence": d.confidence, "temperature": s.temperature,
                 "top_k": s.top_k, "top_p": s.top_p, "seed": d.seed, "max_new_tokens": d.max_new_tokens,
-                "draft_noise": d.draft_noise, "ignore_eos": d.ignore_eos}
+                "draft_noise": d.draft_noise, "ignore_eos": d.ignore_eos, "tree_width": d.tree_width,
+                "tree_nodes": d.tree_nodes}
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSettings:
@@ -78,7 +79,9 @@ class RunSettings:
                    decode=DecodeConfig(get("max_new_tokens", decode.max_new_tokens), get("k", decode.k),
                                        get("confidence", decode.confidence), get("seed", decode.seed), sampling,
                                        draft_noise=get("draft_noise", decode.draft_noise),
-                                       ignore_eos=get("ignore_eos", decode.ignore_eos)),
+                                       ignore_eos=get("ignore_eos", decode.ignore_eos),
+                                       tree_width=get("tree_width", decode.tree_width),
+                                       tree_nodes=get("tree_nodes", decode.tree_nodes)),
                    models=ModelChoice(get("target", model.target), get("draft", model.draft),
                                       get("device", model.device), get("precision", model.precision),
                                       get("draft_precision", None) or model.draft_precision))
@@ -107,7 +110,13 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     d = DecodeConfig()
     parser.add_argument("--drafter", default="model",
                         help=f"who drafts: {', '.join(DRAFTERS)} (hybrid: prompt lookup where it matches, the model "
-                             "elsewhere; none: verifier only; default model)")
+                             "elsewhere; tree: the model drafting token trees; none: verifier only; default model)")
+    parser.add_argument("--tree-width", type=int, default=d.tree_width,
+                        help="drafter tree: children per expanded node, 1..8 (1 is the chain; default 0: chosen "
+                             "from this machine's measured costs)")
+    parser.add_argument("--tree-nodes", type=int, default=d.tree_nodes,
+                        help="drafter tree: most drafted nodes per round, 1..64 (default 0: chosen from this "
+                             "machine's measured costs)")
     parser.add_argument("--k", type=int, default=d.k, help=f"most drafted tokens per round, 1..{MAX_K} (default {d.k})")
     parser.add_argument("--confidence", type=float, default=d.confidence,
                         help="stop drafting after a token the draft gives less than this probability; "
@@ -127,4 +136,5 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
 def decode_from_args(args: argparse.Namespace) -> DecodeConfig:
     return DecodeConfig(max_new_tokens=args.max_new_tokens, k=args.k, confidence=args.confidence, seed=args.seed,
                         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
-                        draft_noise=args.draft_noise, ignore_eos=args.ignore_eos)
+                        draft_noise=args.draft_noise, ignore_eos=args.ignore_eos, tree_width=args.tree_width,
+                        tree_nodes=args.tree_nodes)

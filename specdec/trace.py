@@ -23,9 +23,13 @@ TESTED = (ACCEPTED, REJECTED)
 # Why a round drafted as many tokens as it did (RoundTrace.draft_stop): K reached, the budget
 # (fewer tokens left than K), the draft's low confidence, a drafted stop token, prompt lookup with
 # no match or at the end of what it copied, or nothing drafted (verifier only).
-DRAFT_STOPS = ("k", "budget", "confidence", "stop_token", "no_match", "copy_end", "nothing")
-TRACE_FORMAT = 5
-READS_FORMATS = (4, 5)  # 5 added RoundTrace.drafted_by, which format 4 files lack (read as "")
+DRAFT_STOPS = ("k", "budget", "confidence", "stop_token", "no_match", "copy_end", "nothing", "tree_budget")
+TRACE_FORMAT = 6
+# 5 added RoundTrace.drafted_by (format 4 files read as ""), 6 RoundTrace.tree (older: None)
+READS_FORMATS = (4, 5, 6)
+# Status of a node of a token tree: on the accepted path, tested and rejected, or never tested
+# (a sibling before it was accepted, or its parent was not reached). Node 0 is the root.
+ROOT, UNTESTED = "root", "untested"
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,36 @@ class PhaseTimes:
 
 
 @dataclass(frozen=True)
+class TreeNode:
+    """One node of a round's token tree and what the rule made of it (SpecInfer; recursive
+    rejection sampling, :func:`specdec.rule.verify_tree`). Children are tested in index order:
+    each against the residual the previous sibling's rejection left (``residual_top``)."""
+
+    parent: int                   # index of the parent node; -1 for the root
+    token_id: int
+    text: str
+    depth: int                    # 0 for the root (the last context token)
+    q: float                      # the draft's q(token) at its parent (before earlier siblings were removed)
+    path_q: float                 # product of q along the path: how the drafter ranked the node
+    p: float                      # the verifier's p(token) at its parent
+    status: str                   # root | accepted | rejected | untested
+    ratio: float | None           # r(x) / q_i(x) at the test (temperature 0: p(x), 0 or 1); None if untested
+    u: float | None               # the draw; None if untested or at temperature 0
+    residual_top: tuple[TokenProb, ...] = ()  # after this node's rejection: top of the residual next tested
+
+
+@dataclass(frozen=True)
+class TreeRound:
+    """A tree round: every node drafted, its shape parameters, and the verifier's cache
+    indices kept (the accepted path's entries, moved into place after the context)."""
+
+    nodes: tuple[TreeNode, ...]
+    width: int
+    budget: int
+    kept: tuple[int, ...]         # node indices of the accepted path, in depth order
+
+
+@dataclass(frozen=True)
 class RoundTrace:
     """One round. Invariants (tests/test_engine.py): ``len(emitted) == n_accepted + 1`` and
     ``next_kind`` is set, unless the round ended at a stop token among the kept drafts, where
@@ -108,10 +142,14 @@ class RoundTrace:
     elapsed: float                         # seconds since the run started, at the end of this round
     draft_stop: str = "k"                  # why drafting ended: one of DRAFT_STOPS
     drafted_by: str = ""                   # hybrid drafter: "lookup" or "model"; "" for the others
+    tree: TreeRound | None = None          # a tree round's every node; positions then hold its accepted path
+                                           # and the first rejected child below it
 
     @property
     def drafted(self) -> int:
-        """Drafts that count: those emitted or tested, not those after a stop token."""
+        """Drafts that count: those emitted or tested, not those after a stop token (a tree: every node)."""
+        if self.tree is not None:
+            return len(self.tree.nodes) - 1
         return sum(p.status != AFTER_STOP for p in self.positions)
 
     @property
@@ -127,8 +165,11 @@ class RoundTrace:
         top = lambda xs: tuple(TokenProb(**x) for x in xs)  # noqa: E731
         pos = tuple(DraftPosition(**{**x, "candidates": tuple(Candidate(**c) for c in x["candidates"])})
                     for x in d["positions"])
-        nxt = d["next_token"]
-        return cls(**{**d, "positions": pos, "next_token": None if nxt is None else TokenProb(**nxt),
+        nxt, tree = d["next_token"], d.get("tree")
+        if tree is not None:
+            nodes = tuple(TreeNode(**{**x, "residual_top": top(x["residual_top"])}) for x in tree["nodes"])
+            tree = TreeRound(nodes, tree["width"], tree["budget"], tuple(tree["kept"]))
+        return cls(**{**d, "positions": pos, "tree": tree, "next_token": None if nxt is None else TokenProb(**nxt),
                       "next_top": top(d["next_top"]), "emitted": tuple(d["emitted"]),
                       "pieces": tuple(d["pieces"]), "target_cache": tuple(d["target_cache"]),
                       "draft_cache": None if d["draft_cache"] is None else tuple(d["draft_cache"]),

@@ -1,0 +1,148 @@
+"""Token trees on tiny random models: tree attention against chains along each path, the cache
+keeping only the accepted path, the tree drafter, and greedy tree output equal to the verifier's."""
+import pytest
+import torch
+
+import tiny
+from specdec import DecodeConfig, Generation, SamplingConfig, make_drafter
+from specdec.cache import CachedLM
+from specdec.tree import ancestors, children, depths, mask_grid, verifier_attention
+
+# a tree of 7 nodes under the root: depth 1 has three, depth 2 three, depth 3 one
+PARENTS = (-1, 0, 0, 0, 1, 1, 2, 4)
+
+
+def _tree_tokens(seed=5):
+    return tiny.prompt_ids(len(PARENTS), seed=seed)
+
+
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_each_tree_node_has_the_logits_of_a_chain_along_its_path(precision):
+    """Batch invariance for trees: every node's logits are those of a chain forward of its path
+    (the root and its ancestors) after the same context; bitwise in int8, whose layers are
+    batch-invariant (float32's matmuls sum in an order that depends on the row count)."""
+    lean = tiny.lean(tiny.model(0, scale=4), precision)
+    ctx = tiny.prompt_ids(30, seed=1)
+    toks = _tree_tokens()
+    lm = CachedLM(lean, tiny.V)
+    lm.forward(ctx[:-1], keep=1)
+    L = len(lm)
+    tree_logits = lm.forward_tree([ctx[-1]] + toks[1:], verifier_attention(PARENTS, L))  # (N+1, V)
+    for j in range(len(PARENTS)):
+        chain = CachedLM(lean, tiny.V)
+        chain.forward(ctx[:-1], keep=1)
+        path = [ctx[-1]] + [toks[a] for a in ancestors(PARENTS, j)[1:]]
+        # a verification-shaped chain forward: the root then the path, in one call
+        want = chain.forward(path, keep=len(path))[-1]
+        if precision == "int8":
+            assert torch.equal(tree_logits[j], want), f"node {j}"
+        torch.testing.assert_close(tree_logits[j], want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_fused_tree_mask_matches_the_exact_rows():
+    """The draft's tree attention (one fused masked call) computes the same maths as the
+    verifier's row-by-row one, up to rounding."""
+    from dataclasses import replace
+    lean = tiny.lean(tiny.model(3, scale=4))
+    ctx = tiny.prompt_ids(20, seed=2)
+    toks = _tree_tokens(9)
+    out = []
+    for exact in (True, False):
+        lm = CachedLM(lean, tiny.V)
+        lm.forward(ctx[:-1], keep=1)
+        att = replace(verifier_attention(PARENTS, len(lm)), exact=exact)
+        out.append(lm.forward_tree([ctx[-1]] + toks[1:], att))
+    torch.testing.assert_close(out[0], out[1], rtol=1e-5, atol=1e-5)
+
+
+def test_keeping_a_path_leaves_the_cache_of_a_chain_along_it():
+    lean = tiny.lean(tiny.model(1, scale=4))
+    ctx = tiny.prompt_ids(12, seed=4)
+    toks = _tree_tokens(3)
+    lm = CachedLM(lean, tiny.V)
+    lm.forward(ctx[:-1], keep=1)
+    L = len(lm)
+    lm.forward_tree([ctx[-1]] + toks[1:], verifier_attention(PARENTS, L))
+    path = [1, 4, 7]
+    lm.keep(L + 1, [L + j for j in path])
+    assert len(lm) == L + 1 + len(path)
+    after = lm.forward([9], keep=1)
+    fresh = CachedLM(lean, tiny.V)
+    want = fresh.forward(ctx + [toks[j] for j in path] + [9], keep=1)
+    torch.testing.assert_close(after, want, rtol=1e-5, atol=1e-5)
+
+
+def test_tree_helpers():
+    assert depths(PARENTS) == [0, 1, 1, 1, 2, 2, 2, 3]
+    assert ancestors(PARENTS, 7) == [0, 1, 4, 7]
+    assert children(PARENTS)[1] == [4, 5]
+    grid = mask_grid(PARENTS)
+    assert grid[7] == [True, True, False, False, True, False, False, True]
+    assert all(grid[i][i] for i in range(len(PARENTS)))
+
+
+def _lean_pair(noise=0.3, precision="float32"):
+    hf = tiny.model(0, scale=4)
+    return tiny.pair(tiny.lean(hf, precision), tiny.lean(tiny.noisy_copy(hf, 1, noise), precision, batch_invariant=False))
+
+
+@pytest.mark.parametrize("width,nodes", [(1, 4), (2, 6), (3, 12), (4, 30)])
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_greedy_tree_output_is_the_verifiers_greedy_output(width, nodes, precision):
+    pair = _lean_pair(precision=precision)
+    cfg = DecodeConfig(max_new_tokens=40, k=4, ignore_eos=True, tree_width=width, tree_nodes=nodes)
+    ids = tiny.prompt_ids(8, seed=11)
+    base = Generation(pair, ids, cfg, make_drafter("none", pair)).run()
+    tree = Generation(pair, ids, cfg, make_drafter("tree", pair, tree=(width, nodes))).run()
+    assert tree.token_ids == base.token_ids
+    assert any(r.n_accepted for r in tree.rounds)                    # the draft is good enough to be kept
+    assert any(r.next_kind == "resampled" for r in tree.rounds)      # and bad enough to be corrected
+    for r in tree.rounds:
+        assert len(r.tree.nodes) - 1 <= nodes and max(n.depth for n in r.tree.nodes) <= cfg.k
+        kids = children([n.parent for n in r.tree.nodes])
+        assert all(len(c) <= width for c in kids)
+        assert r.emitted[: r.n_accepted] == tuple(r.tree.nodes[j].token_id for j in r.tree.kept)
+
+
+def test_a_wider_tree_keeps_more_tokens_per_round_than_the_chain():
+    pair = _lean_pair(noise=0.6)
+    ids = tiny.prompt_ids(8, seed=12)
+    per_round = {}
+    for width, nodes in [(1, 4), (3, 30)]:
+        cfg = DecodeConfig(max_new_tokens=60, k=4, ignore_eos=True, tree_width=width, tree_nodes=nodes)
+        g = Generation(pair, ids, cfg, make_drafter("tree", pair, tree=(width, nodes))).run()
+        per_round[width] = g.summary().mean_tokens_per_round
+    assert per_round[3] > per_round[1]
+
+
+def test_sampled_tree_rounds_are_deterministic_for_a_seed_and_record_every_node():
+    pair = _lean_pair()
+    cfg = DecodeConfig(max_new_tokens=30, k=3, ignore_eos=True, sampling=SamplingConfig(0.8), tree_width=2,
+                       tree_nodes=8, seed=3)
+    ids = tiny.prompt_ids(8, seed=13)
+    runs = [Generation(pair, ids, cfg, make_drafter("tree", pair, tree=(2, 8))).run() for _ in range(2)]
+    assert runs[0].token_ids == runs[1].token_ids
+    for r in runs[0].rounds:
+        nodes = r.tree.nodes
+        # children of a node are distinct (drawn without replacement) and each tested one has its draw
+        kids = children([n.parent for n in nodes])
+        assert all(len({nodes[c].token_id for c in cs}) == len(cs) for cs in kids)
+        assert all((n.u is not None) == (n.status in ("accepted", "rejected")) for n in nodes[1:])
+        assert sum(n.status == "accepted" for n in nodes) == r.n_accepted or r.next_kind is None
+
+
+def test_trace_round_trips_with_its_tree():
+    from specdec import TraceFile
+    pair = _lean_pair()
+    cfg = DecodeConfig(max_new_tokens=12, k=3, tree_width=2, tree_nodes=6, sampling=SamplingConfig(0.8))
+    g = Generation(pair, tiny.prompt_ids(6), cfg, make_drafter("tree", pair, tree=(2, 6))).run()
+    f = TraceFile({}, tuple(g.rounds), g.prefill_s, g.text, g.stop_reason)
+    back = TraceFile.from_json(f.to_json())
+    assert back.rounds == tuple(g.rounds)
+
+
+def test_the_tree_drafter_refuses_models_without_the_lean_forward():
+    from specdec import ConfigError
+    pair = tiny.pair(tiny.model(0), tiny.model(1))
+    with pytest.raises(ConfigError, match="lean Qwen2"):
+        make_drafter("tree", pair, tree=(2, 6))
