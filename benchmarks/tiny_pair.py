@@ -74,3 +74,21 @@ def load(args, texts: list[str], k: int) -> tuple[ModelPair, list[tuple[str, lis
 def default_out(benchmark: str, env: dict, tiny: bool) -> Path:
     """benchmarks/results/<benchmark>-<cpu slug>.json; a ``--tiny`` run never overwrites a real one."""
     return ROOT / "benchmarks" / "results" / f"{benchmark}{'-tiny' if tiny else ''}-{env['cpu_slug']}.json"
+
+
+def lean_pair(seed: int = 0, noise: float = 0.3) -> ModelPair:
+    """The tiny pair on specdec's lean Qwen2 forward (float32), as the tree drafter needs."""
+    from functools import partial
+
+    from specdec.qwen2 import LeanQwen2
+    base = pair(seed, noise)
+    prec = base.precision
+
+    def lean(m, invariant: bool):
+        out = LeanQwen2(m.config, {k: v.detach().clone() for k, v in m.state_dict().items()},
+                        partial(prec.linear, batch_invariant=invariant))
+        out.generation_config = m.generation_config
+        return out
+    return ModelPair(target=lean(base.target, True), tokenizer=base.tokenizer, draft=lean(base.draft, False),
+                     target_name=base.target_name, draft_name=base.draft_name, precision=prec,
+                     draft_precision=prec)

@@ -17,6 +17,7 @@ from .sampling import NumericalError
 from .settings import (ModelChoice, RunSettings, add_decode_arguments, add_model_arguments, decode_from_args,
                        models_from_args)
 from .trace import TraceFile
+from .tree_shape import resolve as resolve_tree
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,8 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"precision {pair.precision.reason}", file=sys.stderr)
         if pair.draft_precision is not None:
             print(f"draft precision {pair.draft_precision.reason}", file=sys.stderr)
-        # the record names what actually ran: the resolved device and precision, not "auto"
-        settings = RunSettings(asked.prompt, asked.drafter, asked.decode, ModelChoice.of(pair), asked.chat_template)
+        decode = asked.decode
+        if asked.drafter == "tree":
+            decode, why = resolve_tree(pair, decode)
+            print(f"tree shape {why}", file=sys.stderr)
+        # the record names what actually ran: the resolved device, precision and tree shape, not "auto"
+        settings = RunSettings(asked.prompt, asked.drafter, decode, ModelChoice.of(pair), asked.chat_template)
 
         def run(drafter: str) -> Generation:
             return Generation.from_prompt(pair, settings.prompt, settings.decode, drafter, settings.chat_template).run()

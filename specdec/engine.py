@@ -20,7 +20,6 @@ import torch
 from .cache import CachedLM
 from .config import ConfigError, DecodeConfig
 from .devices import Clock
-from .qwen2 import LeanQwen2
 from .drafters import LIMIT, Drafter, HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
 from .rule import verify, verify_tree
 from .sampling import probs_from_logits
@@ -28,17 +27,19 @@ from .settings import DRAFTERS
 from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNREACHED, UNTESTED, Candidate,
                     DraftPosition, TESTED, PhaseTimes, RoundTrace, RunSummary, TokenProb, TreeNode, TreeRound,
                     summarize)
-from .tree import BUDGET, TreeDrafter, depths, verifier_attention
+from .tree import BUDGET, TreeDrafter, depths, require_lean, verifier_attention
 
 TOP_N = 8  # entries of p, q and the residual kept per position: enough for a bar chart
 HYBRID_MIN_NGRAM = 3  # measured: 3-grams 11.1 tok/s, 2-grams 9.9, 1-grams 10.5 on held-out code (levers)
 
 
 def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool, ...] = (),
-                 stop_ids: frozenset[int] | None = None, tree: tuple[int, int] = (0, 0)) -> Drafter:
+                 stop_ids: frozenset[int] | None = None, tree: tuple[int, int] = (0, 0),
+                 cfg: DecodeConfig | None = None) -> Drafter:
     """``model`` (the pair's draft model), ``hybrid`` (prompt lookup where it matches, the model
     elsewhere), ``lookup`` (prompt lookup), ``tree`` (the draft model drafting token trees of
-    ``tree`` = (width, nodes), 0 for the machine's choice) or ``none`` (verifier only).
+    ``tree`` = (width, nodes), 0 for the machine's choice for the run ``cfg``: see
+    :mod:`specdec.tree_shape`) or ``none`` (verifier only).
     ``hidden``: the prompt positions prompt lookup must not read (the chat template's markup);
     ``stop_ids``: after drafting one of these the model drafter stops (default: the pair's)."""
     if kind == "none":
@@ -47,12 +48,9 @@ def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool
         return LookupDrafter(pair.vocab_size, hidden=hidden)
     if kind == "tree":
         from .tree_shape import default_shape
-        if pair.draft is None:
-            raise ConfigError("drafter 'tree' needs a draft model; load one or use drafter 'lookup'", "drafter")
-        if not (isinstance(pair.target, LeanQwen2) and isinstance(pair.draft, LeanQwen2)):
-            raise ConfigError("drafter 'tree' needs the lean Qwen2 forward (Qwen2 models on the CPU); "
-                              "use drafter 'model' for these models", "drafter")
-        width, nodes = default_shape(pair) if 0 in tree else tree
+        require_lean(pair)
+        cfg = cfg or DecodeConfig()
+        width, nodes, _ = default_shape(pair, cfg.k, cfg.sampling) if 0 in tree else (*tree, "")
         return TreeDrafter(pair.draft, pair.vocab_size, clock or Clock(pair.device), tree[0] or width,
                            tree[1] or nodes, pair.stop_ids if stop_ids is None else stop_ids)
     if kind in ("model", "hybrid"):
@@ -93,7 +91,7 @@ class Generation:
         """Validate and encode the prompt (through the chat template unless ``chat`` is False)."""
         ids, hidden = pair.encode_marked(prompt, chat=chat)
         return cls(pair, ids, cfg, make_drafter(drafter, pair, hidden=hidden, stop_ids=_stop_ids(pair, cfg),
-                                                tree=(cfg.tree_width, cfg.tree_nodes)))
+                                                tree=(cfg.tree_width, cfg.tree_nodes), cfg=cfg))
 
     def __iter__(self) -> Iterator[RoundTrace]:
         return self

@@ -84,14 +84,15 @@ class TreeAttention:
     """Where each of T new rows sits and what it sees: a token tree over a cache of L entries."""
 
     positions: torch.Tensor              # (T,) absolute positions, for RoPE
-    keys: tuple[torch.Tensor, ...]       # per row, ascending cache indices it attends to (itself last)
+    keys: tuple[torch.Tensor | int, ...]  # per row, ascending cache indices it attends to (itself last),
+                                          # or n for the first n entries (a view, no copy)
     exact: bool = True                   # row by row (batch-invariant) rather than one fused masked call
 
     def mask(self, total: int) -> torch.Tensor:
         """(T, total) bool: row t may attend to cache entry j."""
         m = torch.zeros(len(self.keys), total, dtype=torch.bool)
         for t, idx in enumerate(self.keys):
-            m[t, idx] = True
+            m[t, slice(idx) if isinstance(idx, int) else idx] = True
         return m
 
 
@@ -163,8 +164,7 @@ class Qwen2Layer(torch.nn.Module):
         cache.v[i][:, L:L + T] = qkv[:, (H + G) * D:].view(T, G, D).transpose(0, 1)
         keys, values = cache.k[i][:, : L + T], cache.v[i][:, : L + T]      # (G, L+T, D)
         if rows is not None:  # a tree, exactly: each row over its own keys, gathered contiguous
-            att = torch.cat([F.scaled_dot_product_attention(q[None, :, t:t + 1], cache.k[i][None, :, idx],
-                                                            cache.v[i][None, :, idx], enable_gqa=True)
+            att = torch.cat([F.scaled_dot_product_attention(q[None, :, t:t + 1], *_keys(cache, i, idx), enable_gqa=True)
                              for t, idx in enumerate(rows)], dim=2)                     # (1, H, T, D)
         elif fused or mask is None or T > EXACT_ROWS:
             att = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
@@ -176,6 +176,13 @@ class Qwen2Layer(torch.nn.Module):
         x = x + self.o(att[0].transpose(0, 1).reshape(T, H * D))
         gate, up = self.gate_up(F.rms_norm(x, (s.hidden,), self.mlp_norm, s.eps)).chunk(2, -1)  # (T, I) each
         return x + self.down(F.silu(gate) * up)
+
+
+def _keys(cache: KVCache, i: int, idx: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(1, G, n, D) keys and values of layer i a tree row sees: a prefix view, or a gathered copy."""
+    if isinstance(idx, int):
+        return cache.k[i][None, :, :idx], cache.v[i][None, :, :idx]
+    return cache.k[i][None, :, idx], cache.v[i][None, :, idx]
 
 
 def _pairwise(w: torch.Tensor, heads: int | None) -> torch.Tensor:

@@ -33,7 +33,7 @@ import torch
 from .cache import CachedLM
 from .config import SamplingConfig
 from .devices import Clock
-from .drafters import LIMIT, STOP_TOKEN, Drafter, mix_uniform
+from .drafters import CONFIDENCE, LIMIT, STOP_TOKEN, Drafter, mix_uniform, top_probability
 from .qwen2 import TreeAttention
 from .sampling import NumericalError, draw, probs_from_logits
 
@@ -48,7 +48,7 @@ class TreeProposal:
     probs: torch.Tensor        # (N+1, V) row j: the q node j's children were drawn from (zeros if none)
     path_q: tuple[float, ...]  # (N+1,) the draft's path probability, by which nodes were ranked
     forward_s: float = 0.0
-    stopped: str = LIMIT       # LIMIT (depth K), BUDGET or STOP_TOKEN (nothing left worth expanding)
+    stopped: str = LIMIT       # LIMIT (depth K), BUDGET, CONFIDENCE or STOP_TOKEN (nothing left to expand)
     width: int = 1
     budget: int = 0
 
@@ -81,11 +81,27 @@ def children(parents) -> list[list[int]]:
 
 def verifier_attention(parents, cached: int) -> TreeAttention:
     """The verifier's view of a tree fed as rows cached .. cached + N: row j (at cache index
-    cached + j, position cached + depth j) sees the ``cached`` context entries and its ancestors."""
+    cached + j, position cached + depth j) sees the ``cached`` context entries and its ancestors.
+    A row whose ancestors are exactly the rows before it (the first-child path, in depth-first
+    order) sees a prefix of the cache: it is given as a length, and attends to a view, uncopied."""
     d = depths(parents)
     ctx = torch.arange(cached)
-    keys = tuple(torch.cat([ctx, cached + torch.tensor(ancestors(parents, j))]) for j in range(len(parents)))
-    return TreeAttention(cached + torch.tensor(d), keys, exact=True)
+    keys = []
+    for j in range(len(parents)):
+        anc = ancestors(parents, j)
+        keys.append(cached + j + 1 if anc == list(range(j + 1)) else torch.cat([ctx, cached + torch.tensor(anc)]))
+    return TreeAttention(cached + torch.tensor(d), tuple(keys), exact=True)
+
+
+def depth_first(parents) -> list[int]:
+    """The nodes in depth-first order, children in their order: parents still come before their
+    children and siblings keep their order, and the first-child path is rows 0, 1, 2, ..."""
+    kids, order, stack = children(parents), [], [0]
+    while stack:
+        j = stack.pop()
+        order.append(j)
+        stack.extend(reversed(kids[j]))
+    return order
 
 
 def mask_grid(parents) -> list[list[bool]]:
@@ -106,6 +122,17 @@ def draw_without_replacement(q: torch.Tensor, n: int, generator: torch.Generator
     return out
 
 
+def require_lean(pair) -> None:
+    """Token trees need the lean Qwen2 forward in both models (tree attention, a cache that keeps a path)."""
+    from .config import ConfigError
+    from .qwen2 import LeanQwen2
+    if pair.draft is None:
+        raise ConfigError("drafter 'tree' needs a draft model; load one or use drafter 'lookup'", "drafter")
+    if not (isinstance(pair.target, LeanQwen2) and isinstance(pair.draft, LeanQwen2)):
+        raise ConfigError("drafter 'tree' needs the lean Qwen2 forward (Qwen2 models on the CPU); "
+                          "use drafter 'model' for these models", "drafter")
+
+
 class TreeDrafter(Drafter):
     """The draft model drafting a token tree of width W, at most N nodes and depth K."""
 
@@ -118,14 +145,16 @@ class TreeDrafter(Drafter):
         self._fed: tuple[int, list[int]] = (0, [])  # the context length, and each node's draft-cache index
 
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> TreeProposal:
-        """A tree of depth <= k. ``confidence`` is not used: the budget bounds a tree's work."""
+        """A tree of depth <= k. With ``confidence`` > 0 it stops growing after a depth where even
+        its most probable expanded node's draft was less sure than that (its untempered top
+        probability): the chain's adaptive stop, which a width-1 tree then follows exactly."""
         W, V = self.width, self.cache.vocab_size
         parents, tokens, path_q, rows, fed = [-1], [context[-1]], [1.0], [None], [-1]
         forward_s, t0 = 0.0, self.clock()
-        q_root = self._q(self.cache.forward(context[len(self.cache):], keep=1), sampling, noise)  # (1, V)
+        logits = self.cache.forward(context[len(self.cache):], keep=1)                 # (1, V)
         forward_s += self.clock() - t0
         start = len(self.cache)  # == len(context): the root is cached now
-        rows[0] = q_root[0]
+        rows[0], sure = self._q(logits, sampling, noise)[0], [top_probability(logits[0])]
         frontier, stopped = [0], LIMIT
         for depth in range(1, k + 1):
             new = []
@@ -148,6 +177,9 @@ class TreeDrafter(Drafter):
             if not expand:
                 stopped = STOP_TOKEN
                 break
+            if confidence and sure[0] < confidence:  # the best path's last draft was unsure: go no deeper
+                stopped = CONFIDENCE
+                break
             # one batched draft forward over the nodes to expand: each sees the context and its ancestors
             base = len(self.cache)
             for i, j in enumerate(expand):
@@ -160,10 +192,16 @@ class TreeDrafter(Drafter):
             forward_s += self.clock() - t0
             for j, q in zip(expand, self._q(logits, sampling, noise)):
                 rows[j] = q
+            sure = [top_probability(row) for row in logits]  # expand is sorted best first
             frontier = expand
-        probs = torch.stack([r if r is not None else torch.zeros(V) for r in rows])  # (N+1, V)
-        self._fed = (start, fed)
-        return TreeProposal(tuple(parents), tuple(tokens), probs, tuple(path_q), forward_s, stopped, W, self.nodes)
+        # renumber depth-first: the verifier then reads the first-child path's keys without a copy
+        order = depth_first(parents)
+        new_index = {old: i for i, old in enumerate(order)}
+        parents = [-1] + [new_index[parents[j]] for j in order[1:]]
+        probs = torch.stack([rows[j] if rows[j] is not None else torch.zeros(V) for j in order])  # (N+1, V)
+        self._fed = (start, [fed[j] for j in order])
+        return TreeProposal(tuple(parents), tuple(tokens[j] for j in order), probs, tuple(path_q[j] for j in order),
+                            forward_s, stopped, W, self.nodes)
 
     def _count(self, q: torch.Tensor) -> int:
         """How many children a node gets: the fewest of q's top tokens that hold ``COVER`` of its

@@ -1,5 +1,135 @@
-"""Placeholder, replaced below."""
+"""Which tree the ``tree`` drafter drafts by default: chosen from this machine's costs.
+
+A tree of N nodes keeps more tokens per round than a chain of depth K, and costs more to verify:
+a verifier forward over L rows costs about a + b L, and b differs tenfold between CPUs (AVX2
+against AVX-512 with VNNI or AMX). So the default shape is a prediction per machine:
+
+    predicted tok/s (W, N) = tokens per round (W, N) / (draft time (W, N) + a + b (nodes + 1))
+
+- *tokens per round*, nodes verified and draft rows per round, per shape and temperature, are
+  counts measured once for the embedded pair by ``python -m benchmarks.trees`` and shipped as
+  ``tree_shapes.json`` (they do not depend on the machine);
+- a, b (verifier, tree rows) and the draft's cost per forward and per row are timed once on
+  this machine and cached, like the kernel calibration (a few seconds).
+
+Width 1 is the chain: where verifying more rows costs more than the extra tokens repay, the
+default tree is the chain, and ``--drafter tree`` is never slower than ``--drafter model`` by
+default. Without measured counts for the pair (another model), the default is the chain too.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from .cache import CachedLM
+from .config import DecodeConfig, SamplingConfig
+from .tree import require_lean, verifier_attention
+
+SHAPES_FILE = Path(__file__).with_name("tree_shapes.json")
+FIT_ROWS = (1, 7, 13, 25)      # verifier rows timed for the fit
+DRAFT_ROWS = (1, 4)
+CONTEXT = 256                  # cached tokens behind the timed rows: a typical prompt and answer
 
 
-def default_shape(pair) -> tuple[int, int]:
-    return 2, 16
+def _median_ms(fn, reps: int = 3) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def _fit(xs, ys) -> tuple[float, float]:
+    """Least squares y = a + b x."""
+    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def measure_costs(pair) -> dict:
+    """Time the verifier over tree rows and the draft over batched rows on this machine:
+    {"verify": [a, b], "draft": [a, b]} in ms (a per forward, b per row)."""
+    ids = [i % pair.vocab_size for i in range(1000, 1000 + CONTEXT + max(FIT_ROWS))]
+    out = {}
+    for role, model, rows in (("verify", pair.target, FIT_ROWS), ("draft", pair.draft, DRAFT_ROWS)):
+        lm = CachedLM(model, pair.vocab_size)
+        lm.forward(ids[:CONTEXT], keep=1)
+        ms = []
+        for n in rows:
+            parents = tuple([-1] + [(j - 1) // 2 for j in range(1, n)])  # a binary tree of n rows
+            att = verifier_attention(parents, CONTEXT)
+            if role == "draft":
+                att = replace(att, exact=False)
+
+            def forward(n=n, att=att):
+                lm.cache.crop(CONTEXT)
+                lm.forward_tree(ids[CONTEXT:CONTEXT + n], att)
+            forward()  # warm
+            ms.append(_median_ms(forward))
+        out[role] = list(_fit(rows, ms))
+        out[f"{role}_ms"] = dict(zip(map(str, rows), ms))
+    return out
+
+
+def machine_costs(pair) -> dict:
+    """``measure_costs`` once per machine, models and kernels, then from the cache."""
+    from .precision import _cached
+    key = ["tree-costs", pair.target_name, pair.draft_name, pair.precision.label,
+           pair.draft_precision.label if pair.draft_precision else ""]
+    return _cached(key, lambda: measure_costs(pair))
+
+
+def measured_shapes(pair) -> dict | None:
+    """The shipped counts for this pair, or None."""
+    try:
+        data = json.loads(SHAPES_FILE.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("pair") != [pair.target_name, pair.draft_name]:
+        return None
+    return data
+
+
+def predict(shapes: list[dict], costs: dict) -> list[dict]:
+    """Each shape's predicted tokens per second from its counts and this machine's costs."""
+    (va, vb), (da, db) = costs["verify"], costs["draft"]
+    out = []
+    for s in shapes:
+        ms = s["draft_forwards"] * da + s["draft_rows"] * db + va + vb * (s["nodes"] + 1)
+        out.append({**s, "predicted_ms": ms, "predicted_tok_s": 1e3 * s["tokens_per_round"] / ms})
+    return out
+
+
+def choose(shapes: list[dict], costs: dict, k: int) -> tuple[int, int, str]:
+    """(W, N, why): the best predicted shape at depth k; the chain when it predicts best."""
+    mine = [s for s in predict(shapes, costs) if s["k"] == k]
+    if not mine:
+        return 1, k, f"no measured tree shapes at K = {k}: the chain"
+    best = max(mine, key=lambda s: s["predicted_tok_s"])
+    return best["width"], best["budget"], (f"W={best['width']} N={best['budget']}: predicted "
+                                          f"{best['predicted_tok_s']:.1f} tok/s from this machine's costs "
+                                          f"(verify {costs['verify'][0]:.0f} + {costs['verify'][1]:.1f} ms/row)")
+
+
+def default_shape(pair, k: int = 6, sampling: SamplingConfig | None = None) -> tuple[int, int, str]:
+    """The tree drafter's (W, N, why) when the run leaves them at 0."""
+    data = measured_shapes(pair)
+    if data is None:
+        return 1, k, "no tree shapes measured for this pair: the chain (W=1)"
+    temperature = "0" if sampling is None or sampling.greedy else "sampled"
+    with torch.inference_mode():
+        return choose(data["shapes"].get(temperature, []), machine_costs(pair), k)
+
+
+def resolve(pair, cfg: DecodeConfig) -> tuple[DecodeConfig, str]:
+    """``cfg`` with its tree shape filled in (what actually runs), and why that shape."""
+    require_lean(pair)
+    if cfg.tree_width and cfg.tree_nodes:
+        return cfg, f"W={cfg.tree_width} N={cfg.tree_nodes}: requested"
+    width, nodes, why = default_shape(pair, cfg.k, cfg.sampling)
+    return replace(cfg, tree_width=cfg.tree_width or width, tree_nodes=cfg.tree_nodes or nodes), why

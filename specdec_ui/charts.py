@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specdec.experiment import Histogram
-from specdec.render import PHASE_NAMES, round_stats
+from specdec.render import PHASE_NAMES, draft_depth, round_stats
 from specdec.theory import CostModel, tokens_per_round_drafted
 from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace
 
@@ -17,7 +17,7 @@ from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, RESAMPLED, U
 COLORS = {ACCEPTED: "#86efac", REJECTED: "#fca5a5", RESAMPLED: "#fcd34d", BONUS: "#93c5fd", PLAIN: "#e5e7eb"}
 BAR = {ACCEPTED: "#16a34a", REJECTED: "#dc2626", UNREACHED: "#9ca3af"}  # saturated, for bars on white
 P_COLOR, Q_COLOR, RESIDUAL_COLOR = "#ea580c", "#2563eb", "#a16207"
-RACE_COLORS = {"verifier only": "#6b7280", "speculative": "#2563eb"}
+RACE_COLORS = {"verifier only": "#6b7280", "speculative": "#2563eb", "chain": "#2563eb", "tree": "#7c3aed"}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f97316", "accept": "#a855f7", "rollback": "#10b981", "other": "#9ca3af"}
 
 
@@ -170,27 +170,32 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
 
 def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
     """Measured tokens per round against E(a, K) averaged over the K each round really drafted
-    (adaptive drafting drafts fewer than the nominal K)."""
+    (adaptive drafting drafts fewer than the nominal K); for a tree, K is its depth and a the share
+    of steps down the tree that succeeded (:func:`specdec.render.draft_depth`)."""
     s = round_stats(rounds)
-    k = max(s.k, 1)
-    drafted = [r.drafted for r in rounds]
+    drafted = [draft_depth(r) for r in rounds]
+    k = max(*drafted, 1) if drafted else 1
+    tree = any(r.tree is not None for r in rounds)
     grid = [i / 50 for i in range(51)]
     mean_k = sum(drafted) / len(drafted) if drafted else 0.0
+    name = (f"theory for a chain as deep as each tree (mean {mean_k:.1f})" if tree else
+            f"theory for the K drafted (mean {mean_k:.1f})")
     fig = go.Figure([go.Scatter(x=grid, y=[tokens_per_round_drafted(a, drafted) for a in grid], mode="lines",
-                                name=f"theory for the K drafted (mean {mean_k:.1f})", line_color="#6b7280")])
+                                name=name, line_color="#6b7280")])
     if rounds:
         fig.add_trace(go.Scatter(x=s.running_a, y=s.running_tokens, mode="lines+markers", name="measured, by round",
                                  line=dict(color="#2563eb", width=1), marker=dict(size=5)))
         fig.add_trace(go.Scatter(x=s.running_a[-1:], y=s.running_tokens[-1:], mode="markers", name="now",
                                  marker=dict(color="#dc2626", size=12)))
-    return _layout(fig, "Tokens per round against the theory", subtitle="(1 − a^(K+1)) / (1 − a), each round's K",
-                   xaxis_title="acceptance a (kept / tested)",
+    return _layout(fig, "Tokens per round against the theory",
+                   subtitle="(1 − a^(K+1)) / (1 − a), " + ("K = each tree's depth" if tree else "each round's K"),
+                   xaxis_title="acceptance a (steps kept / tried)" if tree else "acceptance a (kept / tested)",
                    yaxis_title="tokens per round", xaxis=dict(range=[0, 1]), yaxis=dict(range=[0, k + 1.2]))
 
 
 def race_figure(runs: list[tuple[str, str, list[RoundTrace]]]) -> go.Figure:
     """Tokens generated against elapsed time (prefill included) for each (name, kind, rounds),
-    one colour per kind ("verifier only" or "speculative"), one dash per repeat."""
+    one colour per kind (a key of RACE_COLORS), one dash per repeat."""
     fig = go.Figure()
     dashes = {}
     for name, kind, rounds in runs:
@@ -281,9 +286,8 @@ LIVE_CSS = "\n".join([f".ph-{ph} {{ background: {c}; }}" for ph, c in PHASE_COLO
                      + [f".v-{s} {{ background: {BAR[s]}; }}" for s in (ACCEPTED, REJECTED)])
 
 
-def race_html(base: list[RoundTrace], spec: list[RoundTrace]) -> str:
-    """The race while it goes: tokens so far and the compute they took, per side, as bars."""
-    sides = [("verifier only", base), ("speculative", spec)]
+def race_html(sides: list[tuple[str, list[RoundTrace]]]) -> str:
+    """The race while it goes: tokens so far and the compute they took, per (name, rounds), as bars."""
     most = max(1, *(sum(len(r.emitted) for r in rounds) for _, rounds in sides))
     rows = []
     for name, rounds in sides:

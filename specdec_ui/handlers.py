@@ -23,7 +23,8 @@ from specdec import ConfigError, Generation, NumericalError, RunSettings, TraceF
 from specdec.experiment import histogram
 
 from . import charts
-from .state import FIELD_LABELS, Loader, Replay, Session, Worker, changes, form_values, parse_form
+from .state import (FIELD_LABELS, TREE_FIELDS, Loader, Replay, Session, Worker, changes, form_defaults, form_values,
+                    parse_form)
 from .views import (CompareView, Problem, Replayed, RunView, SampleView, StepView, compare_view, field_message,
                     run_view, step_view)
 
@@ -57,7 +58,10 @@ def _busy(loader: Loader) -> bool:
 # ---- step through one round -------------------------------------------------------------------
 
 def _same_run(a: RunSettings, b: RunSettings) -> bool:
-    return (a.prompt, a.drafter, a.decode) == (b.prompt, b.drafter, b.decode)
+    """The same run, as far as the form reads it (W and N only with the tree drafter)."""
+    def read(s: RunSettings):
+        return s.decode if s.drafter == "tree" else replace(s.decode, **{n: form_defaults()[n] for n in TREE_FIELDS})
+    return (a.prompt, a.drafter, read(a)) == (b.prompt, b.drafter, read(b))
 
 
 def _step_source(loader: Loader, session: Session, form: dict):
@@ -124,6 +128,9 @@ def sample(session: Session) -> SampleView | Problem:
     if r is None or walk.phase not in ("accept", "commit") or not r.tested:
         return Problem("Step a round through Accept/reject first (a round that drafted something): the rule is run "
                        "on one of its tested positions.")
+    if r.tree is not None:
+        return Problem("This runs the chain's rule on one drafted position; a tree round tests siblings in turn "
+                       "against a moving residual instead. Pick the drafter 'draft model' to run it.")
     i = r.rejected_at if r.rejected_at is not None else r.n_accepted - 1
     pos = r.positions[i]
     h = histogram(pos, SAMPLES)
@@ -254,7 +261,9 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
     """``runs`` pairs of runs (seeds seed, seed + 1, ...), each pair advancing in turn, always the
     run that is behind in its own elapsed time, so both see the same state of the machine. At a
     temperature above 0 both runs of a pair generate exactly max-new-tokens tokens (a stop token
-    does not end them): equal work, so that their times per token compare like for like."""
+    does not end them): equal work, so that their times per token compare like for like. With the
+    tree drafter each group races three runs: verifier only, a chain (the draft model, the same K
+    and settings) and the tree."""
     settings = _settings(loader, form)
     if isinstance(settings, Problem):
         yield settings
@@ -262,11 +271,13 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
     try:
         n_runs = _runs(runs)
         greedy = settings.decode.sampling.greedy
+        sides = ((("verifier only", "none"), ("chain", "model"), ("tree", "tree")) if settings.drafter == "tree" else
+                 (("verifier only", "none"), ("speculative", settings.drafter)))
         pairs = []
         for i in range(n_runs):
             cfg = replace(settings.decode, seed=settings.decode.seed + i, ignore_eos=not greedy)
             pairs.append({name: Generation.from_prompt(loader.pair, settings.prompt, cfg, drafter)
-                          for name, drafter in (("verifier only", "none"), ("speculative", settings.drafter))})
+                          for name, drafter in sides})
     except ConfigError as e:
         yield _problem(e, {**form, "runs": runs})
         return

@@ -17,7 +17,7 @@ import gradio as gr
 from . import charts
 from . import handlers as h
 from .charts import COLORS
-from .state import FIELD_LABELS, FORM, Loader, Session, form_defaults
+from .state import FIELD_LABELS, FORM, TREE_FIELDS, Loader, Session, form_defaults
 from .views import (UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView, StepView, legend_html,
                     plain_html)
 
@@ -33,8 +33,10 @@ EXAMPLES = [
 INTRO = ("**Speculative decoding, step by step.** A small *draft* model proposes K tokens; the *verifier* checks "
          "them in one forward pass and keeps a leading run, so the output is distributed exactly as the verifier's "
          "own (Leviathan et al. 2023). **p** = verifier, **q** = draft. Settings: the sidebar.")
-HINTS = {"prompt": None, "drafter": None, "k": "most tokens the draft proposes per round, 1 to 32",
-         "confidence": "a draft stops early after a token it is less sure of than this",
+HINTS = {"prompt": None, "drafter": None, "k": "most tokens the draft proposes per round, 1 to 32 (a tree: its depth)",
+         "tree_width": "children per expanded node, 1 to 8 (1 is a chain)",
+         "tree_nodes": "most drafted nodes per round, 1 to 64",
+         "confidence": "a draft stops early after a token it is less sure of than this (not a tree)",
          "draft_noise": "0 to 1: the draft samples from (1 − e)·q + e·uniform; lossless, just worse",
          "temperature": "0 = greedy; try 0.8 to see the rule at work", "top_k": "0 = off", "top_p": "1 = off",
          "seed": "same seed, same run", "max_new_tokens": "tokens to generate",
@@ -93,6 +95,13 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 .spec-table tr.row-accepted th {{ border-left: 4px solid #16a34a; }}
 .spec-table tr.row-rejected th {{ border-left: 4px solid #dc2626; }}
 .spec-table tr.row-unreached th, .spec-table tr.row-after_stop th {{ border-left: 4px solid #9ca3af; }}
+.spec-table tr.row-resampled th {{ border-left: 4px solid #d97706; }}
+.spec-table tr.row-bonus th {{ border-left: 4px solid #2563eb; }}
+.spec-mask table {{ width: auto; font-size: 11px; }}
+.spec-mask th, .spec-mask td {{ padding: 0 3px; text-align: center; line-height: 1.3; }}
+.spec-mask tbody th {{ text-align: left; white-space: nowrap; }}
+.spec-mask td {{ border: 1px solid #e5e7eb; min-width: 12px; }}
+.spec-mask td.on {{ background: #dbeafe; color: #1e3a8a; }}
 @media (max-width: 600px) {{
   .spec-table table {{ font-size: 11px; }}
   .spec-table th, .spec-table td {{ padding: 2px 3px; }}
@@ -174,13 +183,17 @@ def _notebooks() -> str:
 def _settings() -> dict:
     d = form_defaults()
     form = {"prompt": gr.Textbox(label=FIELD_LABELS["prompt"], lines=4, value=EXAMPLES[0][0]),
-            "drafter": gr.Radio([("draft model", "model"), ("lookup, else model", "hybrid"), ("prompt lookup", "lookup")],
-                                value=d["drafter"],
-                                label=FIELD_LABELS["drafter"])}
+            "drafter": gr.Radio([("draft model", "model"), ("lookup, else model", "hybrid"),
+                                 ("model, as a token tree", "tree"), ("prompt lookup", "lookup")],
+                                value=d["drafter"], label=FIELD_LABELS["drafter"])}
     for name in FORM[2:]:  # integer fields take any number and refuse 2.5 themselves (no silent rounding)
-        form[name] = gr.Number(d[name], label=FIELD_LABELS[name], info=HINTS[name])
+        form[name] = gr.Number(d[name], label=FIELD_LABELS[name], info=HINTS[name],
+                               visible=name not in TREE_FIELDS or d["drafter"] == "tree")
     gr.Examples(EXAMPLES, [form["prompt"], form["drafter"]], label="Example prompts")
     assert tuple(form) == FORM
+    tree_fields = [form[name] for name in TREE_FIELDS]  # W and N shown with the tree drafter only
+    form["drafter"].change(lambda drafter: [gr.update(visible=drafter == "tree")] * len(tree_fields), form["drafter"],
+                           tree_fields, show_progress="hidden", queue=False)
     for name, component in form.items():  # a fixed value loses its red message at once
         component.input(partial(_hint, name), None, component, show_progress="hidden", queue=False)
     return form
@@ -210,8 +223,11 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 view["table"] = gr.HTML()
                 view["cache"] = gr.Markdown()
             with gr.Column(min_width=320):
+                view["tree"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+                view["mask"] = gr.HTML()
                 view["dist"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
                 view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+        view["tests"] = gr.HTML()  # a tree round's sibling tests: ten columns, the page's whole width
         view["text"], view["plain"] = _text_views("step")
         with gr.Accordion("Losslessness, seen: run the rule 10,000 times on this round", open=False):
             sample_b = gr.Button("Sample 10,000 times", size="sm")
@@ -271,7 +287,7 @@ def _compare_tab(loader, session, form, sidebar) -> list:
             compare_b = gr.Button("Run both", variant="primary", min_width=90)
             stop_b = gr.Button("Stop comparison", variant="stop", min_width=90)
         view = {"badge": gr.Markdown("Runs verifier-only and speculative decoding on the same settings, round for "
-                                     "round in turn.")}
+                                     "round in turn (with the tree drafter: verifier only, a chain and the tree).")}
         alert = gr.Markdown(elem_classes=["spec-alert"])
         with gr.Row():
             with gr.Column(min_width=300):
@@ -279,9 +295,13 @@ def _compare_tab(loader, session, form, sidebar) -> list:
                 view["base_stats"] = gr.Markdown()
                 view["base_text"] = gr.HTML(plain_html(""), elem_id="verifier-only-text")
             with gr.Column(min_width=300):
-                gr.Markdown("### Speculative")
+                view["spec_title"] = gr.Markdown("### Speculative")
                 view["spec_stats"] = gr.Markdown()
                 view["spec_text"] = gr.HTML(plain_html(""), elem_id="speculative-text")
+            with gr.Column(min_width=300, visible=False) as view["tree_side"]:
+                gr.Markdown("### Tree (draft model)")
+                view["tree_stats"] = gr.Markdown()
+                view["tree_text"] = gr.HTML(plain_html(""), elem_id="tree-text")
         view["live"] = gr.HTML()
         view["race"] = gr.Plot(visible=False, show_label=False)
         with gr.Row():
@@ -332,6 +352,8 @@ def _view_outputs(record, components: dict, form: dict, alert, sidebar, upload_m
                 value = gr.skip()
             elif isinstance(component, gr.Plot):  # no empty boxes before there is data
                 value = gr.update(value=value, visible=value is not None)
+            elif isinstance(component, gr.Column):  # a column shown or not
+                value = gr.update(visible=value)
             elif name == "download":
                 value = gr.update(value=value, interactive=value is not None)
             values.append(value)

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, draft_stop_text, explain, output_text,
-                            position_rows, round_stats, segment_detail, segments)
+from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, draft_depth, draft_stop_text, explain,
+                            output_text, position_rows, round_stats, segment_detail, segments, tree_cache_text,
+                            tree_explain)
 from specdec.theory import decode_tokens_per_s
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, RoundTrace, RunSummary, summarize
 
-from . import charts
+from . import charts, tree_views
 from .state import Walkthrough
 
 # What each kind of token is called on the page; the CSS gives each a colour *and* a second cue.
@@ -44,9 +45,12 @@ class StepView:
     status: str
     banner: str           # the temperature-0 caveat, or ""
     explain: str
-    table: str            # HTML: the drafted tokens, as far as the phase has revealed them
+    table: str            # HTML: the drafted tokens, as far as the phase has revealed them ("" for a tree)
     dist: Any             # plotly Figure, or None (hidden)
     ratio: Any
+    tree: Any             # a tree round: its token tree (plotly Figure); None for a chain
+    tests: str            # a tree round: HTML, the rule's sibling tests in order, once decided
+    mask: str             # a tree round: HTML, the verifier's tree attention mask, once verified
     cache: str
     text: str             # HTML: the committed text, colour-coded
     plain: str            # HTML: the same text, plain, whitespace made visible
@@ -76,11 +80,18 @@ class RunView:
 
 @dataclass(frozen=True)
 class CompareView:
+    """Verifier only against speculative decoding; with the tree drafter, against a chain (the draft
+    model, same K and settings) and against the tree, in a third column."""
+
     badge: str
+    spec_title: str       # the second column's heading: "Speculative", or "Chain" beside a tree
+    tree_side: bool       # the third column, the tree's, is shown
     base_stats: str
     spec_stats: str
+    tree_stats: str
     base_text: str
     spec_text: str
+    tree_text: str
     live: str             # HTML: the race while it goes; "" once the interactive chart is drawn
     race: Any
     why: str
@@ -164,6 +175,9 @@ def table_html(r: RoundTrace, phase: str) -> str:
 GREEDY_BANNER = ("**Temperature 0: the rule has nothing to decide.** p and q are one-hot, so p/q is 1 (same argmax: "
                  "kept) or 0 (rejected) and the draw u does not matter. Set a temperature such as 0.8 to see u, p/q "
                  "and the residual at work.")
+GREEDY_TREE_BANNER = ("**Temperature 0: the rule has nothing to decide.** The walk steps to the child that is the "
+                      "verifier's argmax; q only ranked the drafted paths and no u is drawn. Set a temperature such as "
+                      "0.8 to see the siblings tested in turn against the residual.")
 
 
 def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
@@ -172,24 +186,32 @@ def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
     segs = segments(list(walk.rounds))
     text, plain = token_html(segs), plain_html(output_text(segs))
     r = walk.shown
-    banner = GREEDY_BANNER if greedy and drafter != "none" else ""
+    banner = (GREEDY_TREE_BANNER if drafter == "tree" else GREEDY_BANNER) if greedy and drafter != "none" else ""
     if r is None:
-        return StepView(notice, banner, "", "", None, None, "", text, plain)
+        return StepView(notice, banner, "", "", None, None, None, "", "", "", text, plain)
     phase = walk.phase
     where = {"draft": "drafted", "verify": "drafted and verified", "accept": "drafted, verified and decided",
              "commit": "drafted, verified, decided and committed"}[phase]
     upcoming = {"draft": "Verify", "verify": "Accept/reject", "accept": "Commit and roll back"}.get(phase)
     nxt = f" Next: **{upcoming}**." if upcoming else " Next: **Draft** (or **Step round**) for the next round."
+    decided = phase in ("accept", "commit")
+    status = f"{notice}Round {r.index + 1}: {where}.{nxt}"
+    if r.tree is not None:  # the tree, its tests and its mask stand in for the chain's table and charts
+        asked = (settings.decode.tree_width, settings.decode.tree_nodes)
+        return StepView(status, banner, tree_explain(r, phase, greedy, settings.decode.k), "", None, None,
+                        tree_views.tree_figure(r, phase, greedy, asked),
+                        tree_views.tests_html(r, greedy) if decided else "",
+                        tree_views.mask_html(r, phase) if phase != "draft" else "", tree_cache_text(r, phase), text,
+                        plain)
     paragraph = explain(r, phase, drafter, greedy)
     if phase == "draft" and r.positions:
         paragraph += " " + draft_stop_text(r, settings.decode.k, settings.decode.confidence)
-    decided = phase in ("accept", "commit")
     return StepView(
-        status=f"{notice}Round {r.index + 1}: {where}.{nxt}", banner=banner, explain=paragraph,
+        status=status, banner=banner, explain=paragraph,
         table=table_html(r, phase) if r.positions else "",
         dist=charts.distribution_figure(r) if decided else None,
         ratio=charts.ratio_figure([r]) if decided and r.positions else None,
-        cache=cache_text(r, phase), text=text, plain=plain)
+        tree=None, tests="", mask="", cache=cache_text(r, phase), text=text, plain=plain)
 
 
 def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: str | None = None,
@@ -230,7 +252,21 @@ def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 
              f"the prompt, {s.prefill_s:.2f} s) included",
              f"**{s.rounds} rounds**, **{s.target_forwards} verifier passes** = one per round + one over the prompt "
              "(the prefill)"]
-    if s.drafted:
+    trees = [r.tree for r in rounds if r.tree is not None]
+    if s.drafted and trees:
+        tested = sum(r.tested for r in rounds)
+        depth = sum(draft_depth(r) for r in rounds) / s.rounds
+        lines += [f"**acceptance {s.acceptance_rate:.0%}** = nodes kept / drafted = {s.accepted} / {s.drafted} (a "
+                  "tree drafts several continuations and keeps at most one path of them)",
+                  f"**a = {s.accepted / tested if tested else 0:.2f}** = steps down the tree kept / tried = "
+                  f"{s.accepted} / {tested} (one try per depth the walk reaches, a success when one of the node's "
+                  "children is kept; this is the a of the theory curve)",
+                  f"**{s.mean_tokens_per_round:.2f} tokens per round** = {s.new_tokens} tokens / {s.rounds} rounds "
+                  "(the kept path, plus the resampled or bonus token)",
+                  f"**{s.drafted / s.rounds:.2f} nodes drafted per round** on average, **{depth:.2f} deep** (W = "
+                  f"{trees[-1].width} children per expanded node at most, N = {trees[-1].budget} nodes at most, K = "
+                  "the most depth; the theory curve uses each tree's depth)"]
+    elif s.drafted:
         stats = round_stats(rounds)
         tested = sum(r.tested for r in rounds)
         lines += [f"**acceptance {s.acceptance_rate:.0%}** = drafts kept / drafted = {s.accepted} / {s.drafted}",
@@ -277,16 +313,19 @@ def _side_stats(gens: list, spec: bool) -> str:
              "excluded)",
              f"latest run: {s.new_tokens} tokens in {s.wall_s - s.prefill_s:.2f} s of rounds, prefill "
              f"{s.prefill_s:.2f} s, **{s.target_forwards} verifier passes** (one per round + the prefill)"]
-    if spec and s.drafted:
+    if spec and s.drafted and g.rounds[-1].tree is not None:
+        lines.append(f"{s.drafted / s.rounds:.1f} nodes drafted per round; acceptance {s.acceptance_rate:.0%} = nodes "
+                     f"kept / drafted; {s.mean_tokens_per_round:.2f} tokens per round")
+    elif spec and s.drafted:
         lines.append(f"acceptance {s.acceptance_rate:.0%} = kept / drafted; {s.mean_tokens_per_round:.2f} tokens per "
                      "round")
     return "\n".join(f"* {line}" for line in lines)
 
 
-def why_markdown(m) -> str:
+def why_markdown(m, who: str = "") -> str:
     """The measured costs behind the speed-up, in the words of the theory chart next to it."""
     best = m.best_k(32)
-    return (f"**Why {m.measured:.2f}x?** Measured here: a drafted token costs **c = {m.c:.2f}** of a verifier-only "
+    return (f"**Why {m.measured:.2f}x{who}?** Measured here: a drafted token costs **c = {m.c:.2f}** of a verifier-only "
             f"step ({1e3 * m.draft_per_token:.0f} ms against {1e3 * m.t1:.0f} ms); a verification of K+1 positions "
             f"costs **v(K) = {m.v(round(m.k_mean)):.2f}** steps at the K drafted (the line {1e3 * m.alpha:.0f} + "
             f"{1e3 * m.beta:.1f}·(K+1) ms, fitted to every round's verification); the verifier kept **a = {m.a:.2f}** "
@@ -297,43 +336,85 @@ def why_markdown(m) -> str:
             "well, gains more than prose.")
 
 
+def tree_why_markdown(chain: list[RoundTrace], tree: list[RoundTrace]) -> str:
+    """The tree against the chain, per round: what each drafted, what its rounds cost, what they kept."""
+    if not chain or not tree:
+        return ""
+    def per(rounds, f) -> float:
+        return sum(f(r) for r in rounds) / len(rounds)
+    drafting, rest = (lambda r: 1e3 * r.times.draft), (lambda r: 1e3 * (r.times.total - r.times.draft))
+    tokens, t = (lambda r: len(r.emitted)), tree[-1].tree
+    return (f"**The tree against the chain, per round:** it drafted **{per(tree, lambda r: r.drafted):.1f} nodes** "
+            f"(W = {t.width}, N = {t.budget}, depth at most K) against the chain's {per(chain, lambda r: r.drafted):.1f} "
+            f"tokens, in {per(tree, drafting):.0f} ms of drafting against {per(chain, drafting):.0f} ms; the rest of "
+            f"its round, mostly the verifier's forward over N + 1 rows, took {per(tree, rest):.0f} ms against the "
+            f"chain's {per(chain, rest):.0f} ms over K + 1; and it kept **{per(tree, tokens):.2f} tokens** against the "
+            f"chain's {per(chain, tokens):.2f}. A tree pays more per round to keep more per round: it gains where the "
+            "extra tokens outweigh the extra cost.")
+
+
 def compare_view(pairs: list[dict], settings, finished: bool, final: bool = False) -> CompareView:
-    """Both sides over every pair of runs so far, and the texts of the latest pair. While the
-    runs go (``final`` False) the race is drawn in HTML; at the end, the interactive chart and why."""
+    """Every side over every group of runs so far (verifier only first, then the speculative
+    runs), and the texts of the latest group. While the runs go (``final`` False) the race is
+    drawn in HTML; at the end, the interactive chart and why."""
     from specdec.render import first_difference
     from specdec.theory import cost_model
     greedy = settings.decode.sampling.greedy
-    started = [p for p in pairs if p["verifier only"].rounds or p["speculative"].rounds] or pairs[:1]
-    base, spec = started[-1]["verifier only"], started[-1]["speculative"]
-    complete = [p for p in pairs if p["verifier only"].done and p["speculative"].done]
+    base, *specs = list(pairs[0])
+    tree, chain = "tree" in specs, specs[0]
+    started = [p for p in pairs if any(g.rounds for g in p.values())] or pairs[:1]
+    latest = started[-1]
+    complete = [p for p in pairs if all(g.done for g in p.values())]
     badge = "Running..." if not finished else ""
     if finished and complete:
-        ups = [decode_tokens_per_s(p["speculative"].rounds) / decode_tokens_per_s(p["verifier only"].rounds)
-               for p in complete if p["verifier only"].rounds and p["speculative"].rounds]
-        badge = (f"**Speed-up** {_median_range(ups, '.2f', 'x')} = the verifier-only run's time per token / the "
-                 "speculative run's, over the rounds (each run's own compute; the prefill excluded). ")
+        ups = {n: [decode_tokens_per_s(p[n].rounds) / decode_tokens_per_s(p[base].rounds)
+                   for p in complete if p[base].rounds and p[n].rounds] for n in specs}
+        if tree:
+            badge = (f"**Speed-up** chain {_median_range(ups['chain'], '.2f', 'x')}, tree "
+                     f"{_median_range(ups['tree'], '.2f', 'x')} = the verifier-only run's time per token / each "
+                     "speculative run's, over the rounds (each run's own compute; the prefill excluded). ")
+        else:
+            badge = (f"**Speed-up** {_median_range(ups[chain], '.2f', 'x')} = the verifier-only run's time per token / "
+                     "the speculative run's, over the rounds (each run's own compute; the prefill excluded). ")
         if not greedy:
             badge += ("Sampling (temperature > 0): the outputs differ by design, each a sample from the verifier's p; "
-                      "for equal work both runs of a pair generate exactly max-new-tokens tokens (a stop token does "
-                      "not end them).")
+                      f"for equal work {'all three' if tree else 'both'} runs of a pair generate exactly max-new-tokens "
+                      "tokens (a stop token does not end them).")
         else:
-            diffs = [first_difference(p["verifier only"].token_ids, p["speculative"].token_ids) for p in complete]
-            diff = next((d for d in diffs if d is not None), None)
-            badge += ("✓ **Identical output**: speculative decoding reproduced the verifier's greedy tokens exactly."
-                      if diff is None else f"≠ **Outputs differ** from token {diff + 1} on. At temperature 0 this "
-                      "happens at a tie or near-tie of the verifier's top logits, where a forward over K+1 positions "
-                      "and a single-token one can round differently and pick different argmaxes.")
-        if len(ups) == 1:
+            differ = {}
+            for n in specs:
+                d = next((d for d in (first_difference(p[base].token_ids, p[n].token_ids) for p in complete)
+                          if d is not None), None)
+                if d is not None:
+                    differ[n] = d
+            why_differ = (" At temperature 0 this happens at a tie or near-tie of the verifier's top logits, where a "
+                          f"forward over {'several' if tree else 'K+1'} positions and a single-token one can round "
+                          "differently and pick different argmaxes.")
+            if not differ:
+                badge += ("✓ **Identical output**: the chain and the tree each reproduced the verifier's greedy tokens "
+                          "exactly." if tree else
+                          "✓ **Identical output**: speculative decoding reproduced the verifier's greedy tokens exactly.")
+            elif tree:
+                badge += "≠ **Outputs differ**: " + ", ".join(f"the {n}'s from token {d + 1} on"
+                                                              for n, d in differ.items()) + "." + why_differ
+            else:
+                badge += f"≠ **Outputs differ** from token {differ[chain] + 1} on." + why_differ
+        if len(ups[chain]) == 1:
             badge += " One run: set Runs to 3 to see how much the figure moves from run to run."
     why, why_chart, race = "", None, None
     if final:
-        model = cost_model([r for p in started for r in p["verifier only"].rounds],
-                           [r for p in started for r in p["speculative"].rounds])
+        side = lambda n: [r for p in started for r in p[n].rounds]  # noqa: E731
+        model = cost_model(side(base), side(chain))
         if model is not None and finished:
-            why, why_chart = why_markdown(model), charts.speedup_figure(model, settings.decode.k)
+            why, why_chart = why_markdown(model, " for the chain" if tree else ""), charts.speedup_figure(
+                model, settings.decode.k)
+            if tree:
+                why += "\n\n" + tree_why_markdown(side(chain), side("tree"))
         race = charts.race_figure([(f"{name}{f' (run {i + 1})' if len(pairs) > 1 else ''}", name, p[name].rounds)
-                                   for i, p in enumerate(started) for name in ("verifier only", "speculative")])
-    return CompareView(badge, _side_stats([p["verifier only"] for p in pairs], False),
-                       _side_stats([p["speculative"] for p in pairs], True), plain_html(base.text),
-                       plain_html(spec.text), "" if final else charts.race_html(base.rounds, spec.rounds),
+                                   for i, p in enumerate(started) for name in p])
+    stats = {n: _side_stats([p[n] for p in pairs], n != base) for n in pairs[0]}
+    return CompareView(badge, "### Chain (draft model)" if tree else "### Speculative", tree, stats[base],
+                       stats[chain], stats.get("tree", ""), plain_html(latest[base].text), plain_html(latest[chain].text),
+                       plain_html(latest["tree"].text) if tree else plain_html(""),
+                       "" if final else charts.race_html([(n, g.rounds) for n, g in latest.items()]),
                        race if final else UNCHANGED, why if final else UNCHANGED, why_chart if final else UNCHANGED)

@@ -148,3 +148,26 @@ def test_inverse_cdf_draw_matches_the_distribution_and_skips_zero_mass():
     freq = torch.bincount(tokens, minlength=6).float() / len(tokens)
     assert freq[[0, 2, 5]].sum() == 0
     assert (freq - p[0]).abs().max() < 0.005
+
+
+def test_the_tree_drafter_emits_the_verifier_distribution():
+    """Token trees through the whole engine: siblings drawn without replacement, tested by
+    recursive rejection sampling, and the caches keeping only the accepted path; each emitted
+    token is still distributed as the verifier's exact marginal."""
+    target = tiny.model(1, scale=6)
+    draft = tiny.noisy_copy(target, 2, 0.5)
+    pair = tiny.pair(tiny.lean(target), tiny.lean(draft, batch_invariant=False))
+    pair.stop_ids = frozenset()
+    sampling = SamplingConfig(0.8, top_k=20, top_p=0.95)
+    prompt, n, runs = tiny.prompt_ids(5), 3, 800
+    exact = _exact_marginals(target, prompt, sampling, n)
+    counts, siblings_tested = torch.zeros(n, tiny.V), 0
+    for seed in range(runs):
+        cfg = DecodeConfig(max_new_tokens=n, k=2, confidence=0.0, seed=seed, sampling=sampling)
+        gen = Generation(pair, prompt, cfg, make_drafter("tree", pair, tree=(3, 6), cfg=cfg)).run()
+        siblings_tested += sum(sum(x.status == "rejected" for x in r.tree.nodes) > 1 for r in gen.rounds)
+        for i, tok in enumerate(gen.token_ids):
+            counts[i, tok] += 1
+    assert siblings_tested > runs / 4  # a second sibling was tested after a rejection, often
+    for i in range(n):
+        assert tv(counts[i] / runs, exact[i]) <= noise_bound(exact[i], runs), f"token {i}"

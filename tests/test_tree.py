@@ -146,3 +146,37 @@ def test_the_tree_drafter_refuses_models_without_the_lean_forward():
     pair = tiny.pair(tiny.model(0), tiny.model(1))
     with pytest.raises(ConfigError, match="lean Qwen2"):
         make_drafter("tree", pair, tree=(2, 6))
+
+
+def test_depth_first_order_keeps_parents_first_and_makes_the_first_child_path_contiguous():
+    from specdec.tree import depth_first
+    order = depth_first(PARENTS)
+    assert order == [0, 1, 4, 7, 5, 2, 6, 3]
+    att = verifier_attention((-1, 0, 1, 2, 1, 0), 10)
+    assert att.keys[:4] == (11, 12, 13, 14)                  # the first-child path reads a prefix, uncopied
+    assert att.keys[4].tolist() == list(range(10)) + [10, 11, 14]
+    assert att.positions.tolist() == [10, 11, 12, 13, 12, 11]
+
+
+def test_tree_shapes_are_predicted_from_counts_and_costs():
+    from specdec.tree_shape import choose, predict
+    shapes = [{"k": 6, "width": 1, "budget": 6, "tokens_per_round": 4.0, "nodes": 6, "draft_forwards": 6,
+               "draft_rows": 6},
+              {"k": 6, "width": 3, "budget": 20, "tokens_per_round": 4.8, "nodes": 18, "draft_forwards": 6,
+               "draft_rows": 14}]
+    flat = {"verify": [57.0, 2.75], "draft": [23.0, 1.3]}      # Zen 4-like: wide trees are cheap
+    steep = {"verify": [130.0, 16.0], "draft": [39.0, 5.0]}    # AVX2-like
+    assert choose(shapes, flat, 6)[:2] == (3, 20)
+    assert choose(shapes, steep, 6)[:2] == (1, 6)
+    assert choose(shapes, flat, 4)[:2] == (1, 4)              # nothing measured at this depth: the chain
+    p = predict(shapes, flat)[0]
+    assert p["predicted_ms"] == 6 * 23.0 + 6 * 1.3 + 57.0 + 2.75 * 7
+
+
+def test_without_measured_shapes_the_default_tree_is_the_chain():
+    from specdec.tree_shape import resolve
+    pair = _lean_pair()
+    cfg, why = resolve(pair, DecodeConfig(k=5))
+    assert (cfg.tree_width, cfg.tree_nodes) == (1, 5) and "chain" in why
+    cfg, why = resolve(pair, DecodeConfig(k=5, tree_width=2, tree_nodes=9))
+    assert (cfg.tree_width, cfg.tree_nodes) == (2, 9) and "requested" in why

@@ -139,7 +139,7 @@ def test_the_live_charts_show_tested_positions_only(pair):
     tested = sum(r.tested for r in rounds)
     assert live.count('class="v-accepted"') + live.count('class="v-rejected"') == min(tested, 120)
     assert live.count("<a style=") == len(rounds) and "tallest" in live
-    race = charts.race_html(rounds, rounds[:2])
+    race = charts.race_html([("verifier only", rounds), ("speculative", rounds[:2])])
     assert race.count("race-row") == 2 and f"{sum(len(r.emitted) for r in rounds)} tokens" in race
 
 
@@ -466,3 +466,118 @@ def test_text_keeps_its_shape_with_visible_whitespace_that_is_never_copied(pair)
     plain = plain_html("a b\n\tc")
     assert plain == '<pre class="spec-plain">a<span class="sp"> </span>b<span class="nl"></span>\n' \
                     '<span class="tab">\t</span>c</pre>'
+
+
+# ---- token trees (issue 16) -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tree_loader():
+    """The tree drafter needs the lean forward: a verifier and a noisy copy of it as the draft."""
+    hf = tiny.model(0, scale=4)
+    pair = tiny.pair(tiny.lean(hf), tiny.lean(tiny.noisy_copy(hf, 1, 0.3), batch_invariant=False))
+    return Loader(ModelChoice.of(pair), pair)
+
+
+def tree_form(**kw) -> dict:
+    return form(**{"drafter": "tree", "tree_width": 3, "tree_nodes": 10, **kw})
+
+
+def test_a_tree_round_is_drawn_tested_and_masked_phase_by_phase(tree_loader):
+    from specdec.tree import mask_grid
+    for seed in range(13, 40):  # a round where a rejection hands its residual on to the next sibling
+        s = Session()
+        drafted = step(tree_loader, "draft", s, tree_form(seed=seed))
+        r = s.walk.shown
+        nodes = r.tree.nodes
+        if any(n.status == REJECTED and any(m.parent == n.parent and m.status != "untested" for m in nodes[j + 1:])
+               for j, n in enumerate(nodes)):
+            break
+    else:
+        pytest.fail("no seed tested a sibling after a rejection")
+    names = lambda view: {t.name: len(t.x) for t in view.tree.data if t.name}  # noqa: E731
+    assert drafted.table == drafted.tests == drafted.mask == "" and drafted.dist is None and drafted.ratio is None
+    assert names(drafted) == {"root: the last context token": 1, "drafted (not tested yet)": len(nodes) - 1}
+    assert "q = " in drafted.tree.data[-1].hovertext[0] and "p = " not in drafted.tree.data[-1].hovertext[0]
+    assert f"{len(nodes) - 1} nodes in" in drafted.explain and "the verifier has not run yet" in drafted.cache
+    verified = step(tree_loader, "verify", s, tree_form(seed=seed))
+    assert "p = " in verified.tree.data[-1].hovertext[0] and verified.tests == ""
+    grid = mask_grid([n.parent for n in nodes])
+    assert verified.mask.count('class="on"') == sum(map(sum, grid)) and "row i may attend column j" in \
+        verified.mask.lower() and "every row also sees the whole context" in verified.mask
+    assert f"+ {len(nodes)} tree rows" in verified.cache and f"= {r.target_cache[0]} after the forward" in verified.cache
+    decided = step(tree_loader, "accept", s, tree_form(seed=seed))
+    shown = names(decided)
+    for status, name in (("accepted", "kept: the accepted path"), ("rejected", "rejected (tested)"),
+                         ("untested", "not tested")):
+        assert shown.get(name, 0) == sum(n.status == status for n in nodes)
+    assert shown[tiny_kind_name(r.next_kind)] == 1                             # the token that ends the round
+    rows = re.findall(r'<tr class="row-(\w+)"><th scope="row">([^<]*)</th>(.*?)</tr>', decided.tests, re.S)
+    tested = sorted((j for j, n in enumerate(nodes) if n.status in ("accepted", "rejected")),
+                    key=lambda j: (nodes[j].depth, j))
+    assert [st for st, _, _ in rows] == [nodes[j].status for j in tested] + [r.next_kind]
+    for (_, _, cells), j in zip(rows, tested):
+        cells = [html_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", cells)]
+        assert cells[1] == f"{j}: {nodes[j].text!r}" and float(cells[5]) == pytest.approx(nodes[j].ratio, abs=1e-3)
+        assert float(cells[6]) == pytest.approx(nodes[j].u, abs=1e-3)
+        if nodes[j].status == REJECTED:  # its residual is what the next sibling is tested against
+            assert cells[8].startswith(f"{nodes[j].residual_top[0].text!r} {nodes[j].residual_top[0].prob:.2f}")
+    assert "the residual after" in decided.tests and "u ≤ r(x)/q(x)" in decided.explain
+    committed = step(tree_loader, "commit", s, tree_form(seed=seed))
+    assert f"= {r.target_cache[1]} after keeping the path" in committed.cache
+    assert visible_text(committed.text) == output_text(segments([r]))
+    assert isinstance(h.sample(s), Problem)                                    # the chain's rule: not a tree's
+
+
+def tiny_kind_name(kind: str) -> str:
+    from specdec_ui.tree_views import NAMES
+    return NAMES[kind]
+
+
+def html_text(cell: str) -> str:
+    import html as html_lib
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", cell))
+
+
+def test_a_greedy_tree_round_follows_the_argmax_and_a_chain_round_shows_no_tree(tree_loader, loader):
+    view = step(tree_loader, "accept", Session(), tree_form(temperature=0.0))
+    assert "VerifyGreedy" in view.explain and "the argmax" in view.tests and "no u is drawn" in view.tests
+    assert view.banner.startswith("**Temperature 0: the rule has nothing to decide.** The walk steps to the child")
+    chain = step(loader, "accept", Session(), form(temperature=0.0))
+    assert chain.tree is None and chain.tests == chain.mask == "" and chain.table and chain.ratio is not None
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("tree_width", 9, "Tree width W (0 = this machine's choice) must be an integer in [1, 8], or 0"),
+    ("tree_width", 2.5, "Tree width W (0 = this machine's choice) must be a whole number (got 2.5)"),
+    ("tree_nodes", 65, "Tree nodes N (0 = this machine's choice) must be an integer in [1, 64], or 0"),
+    ("tree_nodes", None, "Tree nodes N (0 = this machine's choice) is empty: enter an integer in [1, 64]")])
+def test_the_tree_fields_are_checked_at_their_field_with_the_tree_drafter_only(tree_loader, field, value, said):
+    problem = step(tree_loader, "step", Session(), tree_form(**{field: value}))
+    assert isinstance(problem, Problem) and problem.field == field and problem.message.startswith(said)
+    assert isinstance(step(tree_loader, "step", Session(), form(**{field: value})), StepView)  # hidden: not read
+
+
+def test_the_tree_settings_round_trip_through_the_form():
+    from specdec_ui.state import form_values, parse_form
+    f = tree_form(tree_width=2, tree_nodes=12)
+    settings = parse_form(f)
+    assert (settings.decode.tree_width, settings.decode.tree_nodes) == (2, 12)
+    assert form_values(settings) == f and set(form_values(settings)) == set(FORM)
+    assert parse_form(form(tree_width=2)).decode.tree_width == 0              # another drafter: the default
+
+
+def test_a_tree_run_says_nodes_per_round_and_compare_races_three_columns(tree_loader):
+    final = list(h.run(tree_loader, Session(), tree_form(seed=1)))[-1]
+    assert "nodes drafted per round** on average" in final.stats and "steps down the tree kept / tried" in final.stats
+    assert final.tokens.data[0].name.startswith("theory for a chain as deep as each tree")
+    assert final.download and visible_text(final.text) == json.loads(open(final.download).read())["text"]
+    view = list(h.compare(tree_loader, Session(), tree_form(temperature=0.0, max_new_tokens=12)))[-1]
+    assert view.tree_side and view.spec_title == "### Chain (draft model)"
+    assert "✓ **Identical output**: the chain and the tree each reproduced" in view.badge
+    assert "chain **" in view.badge and "tree **" in view.badge
+    assert view.base_text == view.spec_text == view.tree_text != plain_html("")
+    assert [t.name for t in view.race.data] == ["verifier only", "chain", "tree"]
+    assert "nodes drafted per round" in view.tree_stats and "for the chain?**" in view.why
+    assert "**The tree against the chain, per round:**" in view.why
+    chain = list(h.compare(tree_loader, Session(), form(temperature=0.0, max_new_tokens=6)))[-1]
+    assert not chain.tree_side and chain.spec_title == "### Speculative" and len(chain.race.data) == 2

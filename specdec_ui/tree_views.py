@@ -1,0 +1,195 @@
+"""A tree round in the step-through: the token tree as a figure, the rule's sibling tests as a
+table and the verifier's tree attention mask as a grid (SpecInfer, Miao et al. 2023).
+
+Pure functions of a :class:`~specdec.trace.RoundTrace` whose ``tree`` is set and the phase
+revealed so far: ``draft`` shows the nodes and their q, ``verify`` adds p and the mask, ``accept``
+the verdicts, the tests and the token that ends the round. p = verifier, q = draft.
+"""
+from __future__ import annotations
+
+from html import escape
+
+import plotly.graph_objects as go
+
+from specdec.render import DASH, TREE_HEADERS, tree_test_rows
+from specdec.trace import ACCEPTED, BONUS, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
+from specdec.tree import children, mask_grid
+
+from .charts import BAR, COLORS, _layout
+
+DRAFTED = "drafted"  # a node before the verdicts are revealed
+FINAL = "final"      # the token after the path: resampled or bonus
+FILL = {ROOT: "#ffffff", DRAFTED: "#dbeafe", ACCEPTED: COLORS[ACCEPTED], REJECTED: COLORS[REJECTED],
+        UNTESTED: "#f3f4f6", RESAMPLED: COLORS[RESAMPLED], BONUS: COLORS[BONUS]}
+LINE = {ROOT: "#111827", DRAFTED: "#2563eb", ACCEPTED: "#15803d", REJECTED: "#b91c1c", UNTESTED: BAR["unreached"],
+        RESAMPLED: "#92400e", BONUS: "#1e40af"}
+NAMES = {ROOT: "root: the last context token", DRAFTED: "drafted (not tested yet)", ACCEPTED: "kept: the accepted path",
+         REJECTED: "rejected (tested)", UNTESTED: "not tested", RESAMPLED: "resampled: ends the round",
+         BONUS: "bonus: ends the round"}
+ROW_PX, ROW_PX_DENSE, DENSE = 44, 24, 24  # px per leaf; past DENSE leaves a box holds the token alone
+BOTTOM_PX = 140  # under the plot: the depth axis, then the legend
+
+
+def _token(text: str) -> str:
+    """A token in a box: whitespace made visible, short."""
+    shown = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→") or "∅"
+    return shown if len(shown) <= 10 else shown[:9] + "…"
+
+
+def slots(parents) -> list[float]:
+    """Each node's row, siblings stacked in test order from the top: a leaf takes the next row,
+    a parent sits halfway between its first and its last child."""
+    kids = children(parents)
+    y, leaves = [0.0] * len(parents), 0
+
+    def place(j: int) -> None:
+        nonlocal leaves
+        if not kids[j]:
+            y[j], leaves = -leaves, leaves + 1
+            return
+        for c in kids[j]:
+            place(c)
+        y[j] = (y[kids[j][0]] + y[kids[j][-1]]) / 2
+    place(0)
+    return y
+
+
+def _why_untested(r: RoundTrace, j: int) -> str:
+    nodes = r.tree.nodes
+    a = nodes[j].parent
+    if a == 0 or a in r.tree.kept:
+        return "a sibling before it was kept first"
+    return "its parent was not on the accepted path"
+
+
+def tree_figure(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] = (0, 0)) -> go.Figure:
+    """The round's token tree, depth left to right, siblings stacked in the order they are tested;
+    one trace per kind of node (its legend entry and hover), each node a box holding its token and
+    number (and its q, then p, while there is room). ``asked``: the W and N of the settings, 0 for
+    this machine's choice."""
+    t = r.tree
+    nodes = list(t.nodes)
+    decided = phase in ("accept", "commit")
+    parents = [n.parent for n in nodes]
+    final = decided and r.next_token is not None
+    if final:  # the token that ends the round: one more child of the node the walk stopped at
+        parents.append(t.kept[-1] if t.kept else 0)
+    y = slots(parents)
+    x = [0] + [n.depth for n in nodes[1:]] + ([nodes[parents[-1]].depth + 1] if final else [])
+    leaves = int(-min(y)) + 1
+    dense = leaves > DENSE
+    kinds: dict[str, list[int]] = {}
+    for j, n in enumerate(nodes):
+        kinds.setdefault(n.status if decided or n.status == ROOT else DRAFTED, []).append(j)
+    if final:
+        kinds[r.next_kind] = [len(nodes)]
+    fig = go.Figure()
+    path = set(t.kept) | {0}
+    for on_path in (False, True):  # edges under the boxes; the accepted path drawn thick
+        ex, ey = [], []
+        for j in range(1, len(parents)):
+            if (decided and j in path and parents[j] in path) == on_path:
+                ex += [x[parents[j]], x[j], None]
+                ey += [y[parents[j]], y[j], None]
+        fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
+                                 line=dict(color=LINE[ACCEPTED] if on_path else "#9ca3af", width=3 if on_path else 1)))
+    for kind, js in kinds.items():
+        hover, labels = [], []
+        for j in js:
+            hover.append(_hover(r, j, phase, greedy))
+            labels.append(_box(r, j, phase, dense))
+        fig.add_trace(go.Scatter(x=[x[j] for j in js], y=[y[j] for j in js], mode="markers", name=NAMES[kind],
+                                 hovertext=hover, hoverinfo="text", customdata=js,
+                                 marker=dict(symbol="square", size=12, color=FILL[kind],
+                                             line=dict(color=LINE[kind], width=2))))
+        for j, label in zip(js, labels):
+            fig.add_annotation(x=x[j], y=y[j], text=label, showarrow=False, bgcolor=FILL[kind], bordercolor=LINE[kind],
+                               borderwidth=2, borderpad=3, font=dict(size=11, color="#111827"))
+    depth = max(x)
+    mine = [" (this machine's choice)" if a == 0 else "" for a in asked]
+    sub = (f"W = {t.width}{mine[0]}: children per expanded node at most<br>N = {t.budget}{mine[1]}: nodes at most; "
+           f"{len(nodes) - 1} drafted<br>hover a node for its numbers" + ("; the thick path is kept" if decided else ""))
+    plot_px = max(120, (ROW_PX_DENSE if dense else ROW_PX) * leaves)
+    fig = _layout(fig, f"Round {r.index + 1}: the token tree", subtitle=sub, height=plot_px + 99 + BOTTOM_PX,
+                  xaxis=dict(title="depth (tokens after the last context token)", tickmode="array",
+                             tickvals=list(range(depth + 1)), ticktext=["root"] + [str(d) for d in range(1, depth + 1)],
+                             range=[-0.5, depth + 0.5], showgrid=False, zeroline=False),
+                  yaxis=dict(visible=False, range=[min(y) - 0.6, 0.6]))
+    fig.update_layout(legend=dict(itemsizing="constant", y=-60 / plot_px), hovermode="closest", margin_b=BOTTOM_PX)
+    return fig
+
+
+def _box(r: RoundTrace, j: int, phase: str, dense: bool) -> str:
+    nodes = r.tree.nodes
+    if j == len(nodes):
+        return f"<b>{escape(_token(r.next_token.text))}</b>"
+    n = nodes[j]
+    head = f"<span style='font-size:9px;color:#4b5563'>{j}</span> {escape(_token(n.text))}"
+    if dense or j == 0:
+        return head
+    nums = f"q {n.q:.2f}" + (f" p {n.p:.2f}" if phase != "draft" else "")
+    return f"{head}<br><span style='font-size:9px'>{nums}</span>"
+
+
+def _hover(r: RoundTrace, j: int, phase: str, greedy: bool) -> str:
+    nodes = r.tree.nodes
+    if j == len(nodes):
+        how = "drawn from p after the leaf" if r.next_kind == BONUS else (
+            "the verifier's argmax: no child was it" if greedy else "drawn from the residual the last rejection left")
+        return f"{escape(repr(r.next_token.text))}, {r.next_kind}: {how}, probability {r.next_token.prob:.3g}"
+    n = nodes[j]
+    if j == 0:
+        return f"node 0 {escape(repr(n.text))}: the root, the last context token (its children are tested first)"
+    out = (f"node {j} {escape(repr(n.text))}, depth {n.depth}, child of node {n.parent}<br>q = {n.q:.4f} (the draft's, at its "
+           f"parent); path q = {n.path_q:.3g} (the product of q along the path, how the draft ranked it)")
+    if phase != "draft":
+        out += f"<br>p = {n.p:.4f} (the verifier's, at its parent)"
+    if phase in ("accept", "commit"):
+        if n.status == UNTESTED:
+            out += f"<br>not tested: {_why_untested(r, j)}"
+        else:
+            u = "" if n.u is None else f", u = {n.u:.3f}"
+            out += f"<br>ratio = {n.ratio:.3f}{u}: {'kept' if n.status == ACCEPTED else 'rejected'}"
+    return out
+
+
+def tests_html(r: RoundTrace, greedy: bool) -> str:
+    """The rule's tests in the order it ran them, as an accessible table, and what its words mean."""
+    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in TREE_HEADERS)
+    body = []
+    for status, row in tree_test_rows(r, greedy):
+        cells = "".join(f'<td class="{"dash" if c == DASH else ""}">{escape(str(c))}</td>' for c in row[1:])
+        body.append(f'<tr class="row-{status}"><th scope="row">{row[0]}</th>{cells}</tr>')
+    if greedy:
+        note = ("At temperature 0 the test is whether the child is the verifier's argmax after its parent (ratio = "
+                "p(x), 1 or 0); no u is drawn and no residual is formed. Children are tested in order, top to bottom "
+                "in the tree")
+    else:
+        note = ("tested against r: p after the parent for the first child; after each rejection, the residual "
+                "norm(max(0, r − q)) it left, with q losing the rejected token (renormalised); ratio = r(x)/q(x), "
+                "so p/q for a first child; a child is kept iff u ≤ ratio; r after it: the top of the residual a "
+                "rejection left, what the next sibling (or the final draw) is tested against; on the last row, the top "
+                "of what the token was drawn from")
+    return (f'<div class="spec-table"><table aria-label="Sibling tests"><caption>The rule\'s tests, in order, round '
+            f'{r.index + 1}</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+            f'<p class="spec-note">{escape(note)}. q(x), p(x): the draft\'s and the verifier\'s probability of the '
+            f'child after its parent.</p></div>')
+
+
+def mask_html(r: RoundTrace, phase: str) -> str:
+    """The tree part of the verifier's attention mask (nodes x nodes), the accepted path's rows
+    marked once the verdicts are revealed."""
+    nodes = r.tree.nodes
+    grid = mask_grid([n.parent for n in nodes])
+    kept = set(r.tree.kept) if phase in ("accept", "commit") else set()
+    head = "".join(f'<th scope="col">{j}</th>' for j in range(len(nodes)))
+    rows = []
+    for i, row in enumerate(grid):
+        cells = "".join('<td class="on" aria-label="attends">●</td>' if on else "<td></td>" for on in row)
+        mark = ' class="row-accepted"' if i in kept else ""
+        rows.append(f'<tr{mark}><th scope="row">{i} {escape(_token(nodes[i].text))}</th>{cells}</tr>')
+    return (f'<div class="spec-table spec-mask"><table aria-label="Tree attention mask"><caption>Tree attention mask, '
+            f'round {r.index + 1}</caption><thead><tr><th scope="col">row i \\ column j</th>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table><p class="spec-note">Row i may attend column j; every row also '
+            f'sees the whole context. ● = attends: a node sees the root and its own ancestors, never a sibling or '
+            f'another branch.</p></div>')
