@@ -202,7 +202,38 @@ def app_overhead_block(d: dict) -> str:
     return "\n".join(out)
 
 
-BLOCKS = {"throughput": (throughput_block, "make bench"), "levers": (levers_block, "python -m benchmarks.levers"),
+def trees_block(d: dict) -> str:
+    s, c = d["settings"], d["costs"]
+    (va, vb), (da, db) = c["verify"], c["draft"]
+    out = [f"#### Token trees against the chain: {d['models']['target']} verified, {d['models']['draft']} drafting", "",
+           f"{_machine(d)}. Depth K = {s['k']} for chain and tree, confidence {s['confidence']}, "
+           f"{s['max_new_tokens']} new tokens per prompt, " + ", ".join(f"{len(v)} {k}" for k, v in s["prompts"].items())
+           + " prompts; T = 0 and T = " + f"{s['temperatures']['sampled']:g}. W = children per expanded node (1: the "
+           "chain), N = node budget. Tokens/round is the mean of emitted tokens over rounds; speed-ups are geometric "
+           "means over prompts of tok/s ratios; nodes is the mean number of drafted nodes the verifier checked per round.",
+           "", f"This machine's costs, fitted on a {256}-token context: verifier {va:.1f} + {vb:.2f} ms per tree row, "
+           f"draft {da:.1f} + {db:.2f} ms per row of a batched forward.", "",
+           "| T | prompts | W | N | tokens/round | vs chain | nodes | tok/s | speed-up vs chain | vs verifier-only "
+           "| identical at T = 0 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+    chain = {(x["temperature"], x["kind"]): x for x in d["cells"] if x["width"] == 1}
+    for x in d["cells"]:
+        base = chain[x["temperature"], x["kind"]]
+        t = "0" if x["temperature"] == "0" else f"{s['temperatures']['sampled']:g}"
+        out.append(f"| {t} | {x['kind']} | {x['width']} | {x['budget']} | {x['tokens_per_round']:.2f} "
+                   f"| {x['tokens_per_round'] / base['tokens_per_round']:.2f}x | {x['nodes']:.1f} | {x['tok_s']:.2f} "
+                   f"| {_fmt(x['speedup_vs_chain'], 'x')} | {_fmt(x['speedup_vs_verifier'], 'x')} "
+                   f"| {('yes' if x['identical_to_verifier'] else 'NO') if x['temperature'] == '0' else '–'} |")
+    out += ["", "Predicted from these counts and this machine's costs (what `--drafter tree` picks by default):", "",
+            "| T | best predicted shape | predicted tok/s | chain predicted |", "|---|---|---:|---:|"]
+    for t, shapes in d["shapes"].items():
+        best = max(shapes, key=lambda x: x["predicted_tok_s"])
+        ch = next(x for x in shapes if x["width"] == 1)
+        out.append(f"| {'0' if t == '0' else s['temperatures']['sampled']} | W={best['width']} N={best['budget']} "
+                   f"| {best['predicted_tok_s']:.2f} | {ch['predicted_tok_s']:.2f} |")
+    return "\n".join(out)
+
+
+BLOCKS = {"trees": (trees_block, "python -m benchmarks.trees"), "throughput": (throughput_block, "make bench"), "levers": (levers_block, "python -m benchmarks.levers"),
           "sweep": (sweep_block, "python -m benchmarks.sweep"), "profile": (profile_block, "python -m benchmarks.profile"),
           "runtime_compare": (runtime_compare_block, "python -m benchmarks.runtime_compare"),
           "app_overhead": (app_overhead_block, "python -m benchmarks.app_overhead")}

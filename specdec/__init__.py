@@ -7,12 +7,13 @@ from .models import ModelPair, load_pair
 from .rule import DrafterContractError, TreeVerdict, Verdict, verify, verify_tree
 from .sampling import NumericalError
 from .settings import DRAFTERS, ModelChoice, RunSettings
-from .trace import DraftPosition, PhaseTimes, RoundTrace, RunSummary, TokenProb, TraceFile, summarize
+from .trace import DraftPosition, PhaseTimes, RoundTrace, RunSummary, TokenProb, TraceFile, TreeNode, TreeRound, summarize
+from .tree import TreeDrafter, TreeProposal
 
 __all__ = [
     "ConfigError", "DecodeConfig", "SamplingConfig", "Drafter", "LookupDrafter", "ModelDrafter", "NoDrafter",
     "Proposal", "DEFAULT_DRAFT", "DEFAULT_TARGET", "EMBEDDED", "ModelLoadError", "Generation", "make_drafter",
     "ModelPair", "load_pair", "DrafterContractError", "TreeVerdict", "Verdict", "verify", "verify_tree",
     "NumericalError", "DRAFTERS", "ModelChoice", "RunSettings", "DraftPosition", "PhaseTimes", "RoundTrace",
-    "RunSummary", "TokenProb", "TraceFile", "summarize",
+    "RunSummary", "TokenProb", "TraceFile", "summarize", "TreeNode", "TreeRound", "TreeDrafter", "TreeProposal",
 ]

@@ -51,8 +51,11 @@ def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool
         require_lean(pair)
         cfg = cfg or DecodeConfig()
         width, nodes, _ = default_shape(pair, cfg.k, cfg.sampling) if 0 in tree else (*tree, "")
-        return TreeDrafter(pair.draft, pair.vocab_size, clock or Clock(pair.device), tree[0] or width,
-                           tree[1] or nodes, pair.stop_ids if stop_ids is None else stop_ids)
+        width, nodes = tree[0] or width, tree[1] or nodes
+        if width > 1:
+            return TreeDrafter(pair.draft, pair.vocab_size, clock or Clock(pair.device), width, nodes,
+                               pair.stop_ids if stop_ids is None else stop_ids)
+        kind = "model"  # width 1 is the chain: the chain drafter drafts it (N does not apply)
     if kind in ("model", "hybrid"):
         if pair.draft is None:
             raise ConfigError(f"drafter {kind!r} needs a draft model; load one or use drafter 'lookup'", "drafter")

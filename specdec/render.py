@@ -279,7 +279,9 @@ def tree_test_rows(r: RoundTrace, greedy: bool) -> list[tuple[str, list]]:
             against = f"the residual after {n.text!r}"
     if r.next_token is not None:
         end = _walk_end(r)
-        if r.next_kind == BONUS:
+        if r.next_kind == PLAIN:
+            source, how = "p", "drawn from p: nothing was drafted (room for one more token only)"
+        elif r.next_kind == BONUS:
             source, how = "p", f"bonus: drawn from p after the leaf {nodes[end].text!r}"
         elif greedy:
             source, how = "the argmax of p", "resampled: no child was the argmax, so the argmax itself"
@@ -294,18 +296,28 @@ def _texts(r: RoundTrace, js) -> str:
     return ", ".join(repr(r.tree.nodes[j].text) for j in js)
 
 
-def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int) -> str:
+def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: float = 0.0) -> str:
     """One paragraph on what the phase just did to the round's token tree (SpecInfer; recursive
     rejection sampling, Jeon et al. 2024) and why the output keeps the verifier's distribution."""
     t, nodes = r.tree, r.tree.nodes
     n, depth = len(nodes) - 1, draft_depth(r)
+    if n == 0 and phase != "commit":  # one token left in the budget: a plain verifier step
+        return {"draft": "**Draft.** Nothing was drafted: only one more token fits in the budget (max new tokens or "
+                         "the context), so the round is one plain verifier step.",
+                "verify": "**Verify.** One verifier forward produced p for the next position, exactly as plain "
+                          "decoding would.",
+                "accept": f"**Accept/reject.** Nothing to test: {r.next_token.text!r} was drawn from p, as plain "
+                          "decoding would."}[phase]
     if phase == "draft":
         how = "q's top tokens" if greedy else "draws from q without replacement, in draw order"
         stop = {"tree_budget": f"it stopped at its budget of N = {t.budget} nodes",
                 "k": f"it stopped at depth K = {k}",
                 "budget": f"it stopped at depth {depth}, short of K = {k}: no more tokens fit in the budget (max new "
                           "tokens or the context)",
-                "stop_token": "it stopped where every node left to expand was a stop token"}.get(r.draft_stop, "")
+                "stop_token": "it stopped where every node left to expand was a stop token",
+                "confidence": f"it stopped there: even its most probable node's draft was less sure than the "
+                              f"confidence threshold {confidence:g} (its top probability before temperature)"
+                }.get(r.draft_stop, "")
         return (f"**Draft.** The draft model grew a token tree from the last context token, the root "
                 f"({nodes[0].text!r}). Depth by depth it expanded the W = {t.width} most probable nodes (by path "
                 f"probability, the product of q along the path) in one batched forward, each row seeing the context "

@@ -162,7 +162,8 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
                          marker_color=BAR[UNREACHED], hovertemplate="round %{x}: %{y} not kept"))
     fig.add_trace(go.Scatter(x=s.rounds, y=s.running_a, name="running a = kept / tested", mode="lines+markers",
                              line_color="#111827"), secondary_y=True)
-    fig.update_yaxes(title_text="drafted tokens", range=[0, max(s.k, 1) + 0.5], secondary_y=False)
+    drafts = "drafted nodes" if any(r.tree is not None for r in rounds) else "drafted tokens"
+    fig.update_yaxes(title_text=drafts, range=[0, max(s.k, 1) + 0.5], secondary_y=False)
     fig.update_yaxes(title_text="a", range=[0, 1.05], secondary_y=True)
     return _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested",
                    barmode="stack", xaxis_title="round")

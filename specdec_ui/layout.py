@@ -36,7 +36,7 @@ INTRO = ("**Speculative decoding, step by step.** A small *draft* model proposes
 HINTS = {"prompt": None, "drafter": None, "k": "most tokens the draft proposes per round, 1 to 32 (a tree: its depth)",
          "tree_width": "children per expanded node, 1 to 8 (1 is a chain)",
          "tree_nodes": "most drafted nodes per round, 1 to 64",
-         "confidence": "a draft stops early after a token it is less sure of than this (not a tree)",
+         "confidence": "a draft stops early after a token it is less sure of than this",
          "draft_noise": "0 to 1: the draft samples from (1 − e)·q + e·uniform; lossless, just worse",
          "temperature": "0 = greedy; try 0.8 to see the rule at work", "top_k": "0 = off", "top_p": "1 = off",
          "seed": "same seed, same run", "max_new_tokens": "tokens to generate",
@@ -47,6 +47,7 @@ NOTEBOOK_LINES = {
     "03_acceptance": "acceptance over K × temperature, every definition side by side, the best K for this machine",
     "04_optimisation_journey": "from transformers' generate() to this engine: which speed-ups help here and why",
     "05_runtime_vs_algorithm": "the same models in llama.cpp: when a verification costs about one step",
+    "06_token_trees": "token trees: the draft's second guess, the tree rule by hand, the mask, when trees pay here",
 }
 # Every kind of token has a colour and a second cue: rejected drafts are struck through (<del>),
 # resampled tokens have a dashed underline, bonus tokens a double one, accepted drafts a solid one,
@@ -132,11 +133,17 @@ THEME = gr.themes.Default(primary_hue="blue").set(
     button_cancel_background_fill_hover="#991b1b", button_cancel_text_color="#ffffff",
     block_info_text_color="#4b5563")  # field hints: 7.6:1 on white
 PLOT_MIN_WIDTH = 360
+TREE_ONLY = ("tests", "mask")  # StepView's HTML fields that only a tree round fills
+COLUMN_MIN_WIDTH = 280  # three Compare columns side by side beside the open sidebar at 1280 px
 # On a phone-sized window the open sidebar would cover the page: start it closed there.
 CLOSE_SIDEBAR_WHEN_NARROW = """() => setTimeout(() => {
   if (window.innerWidth < 900) document.querySelector('.sidebar.open .toggle-button')?.click();
 }, 300)"""
 SHOW_REJECTED = "(show) => { document.body.classList.toggle('hide-rejected', !show); }"
+# A message at a field the sidebar has scrolled away from (a long form, a phone) is brought into
+# view once the sidebar has opened.
+SHOW_FIELD_ERROR = ("() => setTimeout(() => document.querySelector('.field-error')?.scrollIntoView({block: 'nearest'}), "
+                    "400)")
 
 
 def build_demo(loader: Loader) -> gr.Blocks:
@@ -224,10 +231,10 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 view["cache"] = gr.Markdown()
             with gr.Column(min_width=320):
                 view["tree"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
-                view["mask"] = gr.HTML()
+                view["mask"] = gr.HTML(visible=False)
                 view["dist"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
                 view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
-        view["tests"] = gr.HTML()  # a tree round's sibling tests: ten columns, the page's whole width
+        view["tests"] = gr.HTML(visible=False)  # a tree round's sibling tests: ten columns, the page's whole width
         view["text"], view["plain"] = _text_views("step")
         with gr.Accordion("Losslessness, seen: run the rule 10,000 times on this round", open=False):
             sample_b = gr.Button("Sample 10,000 times", size="sm")
@@ -236,7 +243,8 @@ def _step_tab(loader, session, form, sidebar) -> list:
                       "histogram": gr.Plot(visible=False, show_label=False)}
     outputs, show = _view_outputs(StepView, view, form, alert, sidebar)
     for action, button in buttons.items():
-        button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs)
+        button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs).then(
+            None, None, None, js=SHOW_FIELD_ERROR)
     sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
     sample_b.click(lambda s: sample_show(h.sample(s)), session, sample_outputs)
     return list(buttons.values())
@@ -274,7 +282,8 @@ def _run_tab(loader, session, form, sidebar) -> list:
         upload = gr.File(label=FIELD_LABELS["upload"] + " (no models needed)", height=110)
         upload_message = gr.Markdown()
     outputs, show = _view_outputs(RunView, view, form, alert, sidebar, upload_message)
-    run_b.click(_streaming(show, partial(h.run, loader)), [session, *form.values()], outputs, show_progress="hidden")
+    run_b.click(_streaming(show, partial(h.run, loader)), [session, *form.values()], outputs,
+                show_progress="hidden").then(None, None, None, js=SHOW_FIELD_ERROR)
     stop_b.click(h.stop, session, view["status"])
     upload.upload(lambda s, path: show(h.replay(s, path)), [session, upload], outputs)
     return [run_b]
@@ -290,15 +299,15 @@ def _compare_tab(loader, session, form, sidebar) -> list:
                                      "round in turn (with the tree drafter: verifier only, a chain and the tree).")}
         alert = gr.Markdown(elem_classes=["spec-alert"])
         with gr.Row():
-            with gr.Column(min_width=300):
+            with gr.Column(min_width=COLUMN_MIN_WIDTH):
                 gr.Markdown("### Verifier only")
                 view["base_stats"] = gr.Markdown()
                 view["base_text"] = gr.HTML(plain_html(""), elem_id="verifier-only-text")
-            with gr.Column(min_width=300):
+            with gr.Column(min_width=COLUMN_MIN_WIDTH):
                 view["spec_title"] = gr.Markdown("### Speculative")
                 view["spec_stats"] = gr.Markdown()
                 view["spec_text"] = gr.HTML(plain_html(""), elem_id="speculative-text")
-            with gr.Column(min_width=300, visible=False) as view["tree_side"]:
+            with gr.Column(min_width=COLUMN_MIN_WIDTH, visible=False) as view["tree_side"]:
                 gr.Markdown("### Tree (draft model)")
                 view["tree_stats"] = gr.Markdown()
                 view["tree_text"] = gr.HTML(plain_html(""), elem_id="tree-text")
@@ -314,7 +323,7 @@ def _compare_tab(loader, session, form, sidebar) -> list:
         *form_values, n = values
         for i, result in enumerate(h.compare(loader, session_, dict(zip(FORM, form_values)), n)):
             yield show(result, first=i == 0)
-    compare_b.click(listener, [session, *form.values(), runs], outputs)
+    compare_b.click(listener, [session, *form.values(), runs], outputs).then(None, None, None, js=SHOW_FIELD_ERROR)
     runs.input(partial(_hint, "runs"), None, runs, show_progress="hidden", queue=False)
     stop_b.click(h.stop, session, view["badge"])
     return [compare_b]
@@ -354,6 +363,8 @@ def _view_outputs(record, components: dict, form: dict, alert, sidebar, upload_m
                 value = gr.update(value=value, visible=value is not None)
             elif isinstance(component, gr.Column):  # a column shown or not
                 value = gr.update(visible=value)
+            elif name in TREE_ONLY:  # no empty box beside a chain round
+                value = gr.update(value=value, visible=value != "")
             elif name == "download":
                 value = gr.update(value=value, interactive=value is not None)
             values.append(value)

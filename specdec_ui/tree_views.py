@@ -12,7 +12,7 @@ from html import escape
 import plotly.graph_objects as go
 
 from specdec.render import DASH, TREE_HEADERS, tree_test_rows
-from specdec.trace import ACCEPTED, BONUS, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
+from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
 from specdec.tree import children, mask_grid
 
 from .charts import BAR, COLORS, _layout
@@ -20,12 +20,12 @@ from .charts import BAR, COLORS, _layout
 DRAFTED = "drafted"  # a node before the verdicts are revealed
 FINAL = "final"      # the token after the path: resampled or bonus
 FILL = {ROOT: "#ffffff", DRAFTED: "#dbeafe", ACCEPTED: COLORS[ACCEPTED], REJECTED: COLORS[REJECTED],
-        UNTESTED: "#f3f4f6", RESAMPLED: COLORS[RESAMPLED], BONUS: COLORS[BONUS]}
+        UNTESTED: "#f3f4f6", RESAMPLED: COLORS[RESAMPLED], BONUS: COLORS[BONUS], PLAIN: COLORS[PLAIN]}
 LINE = {ROOT: "#111827", DRAFTED: "#2563eb", ACCEPTED: "#15803d", REJECTED: "#b91c1c", UNTESTED: BAR["unreached"],
-        RESAMPLED: "#92400e", BONUS: "#1e40af"}
+        RESAMPLED: "#92400e", BONUS: "#1e40af", PLAIN: "#4b5563"}
 NAMES = {ROOT: "root: the last context token", DRAFTED: "drafted (not tested yet)", ACCEPTED: "kept: the accepted path",
          REJECTED: "rejected (tested)", UNTESTED: "not tested", RESAMPLED: "resampled: ends the round",
-         BONUS: "bonus: ends the round"}
+         BONUS: "bonus: ends the round", PLAIN: "drawn from p: nothing drafted"}
 ROW_PX, ROW_PX_DENSE, DENSE = 44, 24, 24  # px per leaf; past DENSE leaves a box holds the token alone
 BOTTOM_PX = 140  # under the plot: the depth axis, then the legend
 
@@ -122,7 +122,8 @@ def tree_figure(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] 
 def _box(r: RoundTrace, j: int, phase: str, dense: bool) -> str:
     nodes = r.tree.nodes
     if j == len(nodes):
-        return f"<b>{escape(_token(r.next_token.text))}</b>"
+        word = "" if dense else f"<br><span style='font-size:9px'>{r.next_kind}</span>"
+        return f"<b>{escape(_token(r.next_token.text))}</b>{word}"
     n = nodes[j]
     head = f"<span style='font-size:9px;color:#4b5563'>{j}</span> {escape(_token(n.text))}"
     if dense or j == 0:
@@ -134,14 +135,14 @@ def _box(r: RoundTrace, j: int, phase: str, dense: bool) -> str:
 def _hover(r: RoundTrace, j: int, phase: str, greedy: bool) -> str:
     nodes = r.tree.nodes
     if j == len(nodes):
-        how = "drawn from p after the leaf" if r.next_kind == BONUS else (
+        how = "drawn from p after the leaf" if r.next_kind in (BONUS, PLAIN) else (
             "the verifier's argmax: no child was it" if greedy else "drawn from the residual the last rejection left")
         return f"{escape(repr(r.next_token.text))}, {r.next_kind}: {how}, probability {r.next_token.prob:.3g}"
     n = nodes[j]
     if j == 0:
         return f"node 0 {escape(repr(n.text))}: the root, the last context token (its children are tested first)"
-    out = (f"node {j} {escape(repr(n.text))}, depth {n.depth}, child of node {n.parent}<br>q = {n.q:.4f} (the draft's, at its "
-           f"parent); path q = {n.path_q:.3g} (the product of q along the path, how the draft ranked it)")
+    out = (f"node {j} {escape(repr(n.text))}, depth {n.depth}, child of node {n.parent}<br>q = {n.q:.4f} (the "
+           f"draft's, at its parent); path q = {n.path_q:.3g} (the product of q along the path, how the draft ranked it)")
     if phase != "draft":
         out += f"<br>p = {n.p:.4f} (the verifier's, at its parent)"
     if phase in ("accept", "commit"):

@@ -198,8 +198,8 @@ def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
     status = f"{notice}Round {r.index + 1}: {where}.{nxt}"
     if r.tree is not None:  # the tree, its tests and its mask stand in for the chain's table and charts
         asked = (settings.decode.tree_width, settings.decode.tree_nodes)
-        return StepView(status, banner, tree_explain(r, phase, greedy, settings.decode.k), "", None, None,
-                        tree_views.tree_figure(r, phase, greedy, asked),
+        paragraph = tree_explain(r, phase, greedy, settings.decode.k, settings.decode.confidence)
+        return StepView(status, banner, paragraph, "", None, None, tree_views.tree_figure(r, phase, greedy, asked),
                         tree_views.tests_html(r, greedy) if decided else "",
                         tree_views.mask_html(r, phase) if phase != "draft" else "", tree_cache_text(r, phase), text,
                         plain)

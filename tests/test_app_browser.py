@@ -11,6 +11,7 @@ import pytest
 from playwright import sync_api
 
 from specdec import ModelChoice
+from specdec.render import TREE_HEADERS
 from specdec_ui import browser as chromium
 from specdec_ui.layout import build_demo, launch
 from specdec_ui.state import APP_PROMPT_TOKENS, Loader
@@ -192,6 +193,32 @@ def test_stepping_phase_by_phase_at_temperature_above_zero(page, artifacts):
     page.get_by_role("button", name="Step round").click()
     expect(page.get_by_text(re.compile(r"K \(drafted tokens per round\) changed: the step-through restarted from "
                                        r"the prompt \(\d+ rounds? on show discarded\)"))).to_be_visible()
+
+
+def test_the_tree_drafter_draws_its_tree_its_sibling_tests_and_its_mask(page, artifacts):
+    width = page.get_by_label("Tree width W (0 = this machine's choice)")
+    expect(width).to_be_hidden()                                  # W and N belong to the tree drafter only
+    page.get_by_role("radio", name="model, as a token tree").check()
+    expect(width).to_be_visible()
+    fill(page, temperature=0.8, k=3)
+    width.fill("3")
+    page.get_by_label("Tree nodes N (0 = this machine's choice)").fill("8")
+    page.get_by_role("button", name="Step round").click()
+    expect(status(page, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
+    title = page.get_by_text("Round 1: the token tree")
+    expect(title).to_be_visible()
+    tests = page.get_by_role("table", name="Sibling tests")
+    expect(tests).to_be_visible()
+    expect(tests.get_by_role("columnheader")).to_have_text(TREE_HEADERS)
+    expect(tests.get_by_role("row").last).to_contain_text(re.compile(r"^then"))  # the token that ends the round
+    mask = page.get_by_role("table", name="Tree attention mask")
+    expect(mask).to_be_visible()
+    drafted = int(re.search(r"(\d+) drafted", page.locator(".js-plotly-plot .gtitle").first.text_content()).group(1))
+    assert 1 <= drafted <= 8
+    expect(mask.locator("tbody tr")).to_have_count(drafted + 1)   # the root and every node the figure counts
+    expect(page.get_by_role("table", name="Drafted tokens")).to_have_count(0)  # the tree stands in for the chain's
+    assert visible_plots(page) == 1
+    page.screenshot(path=artifacts / "app-step-tree.png", full_page=True)
 
 
 def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(page, artifacts, tmp_path):

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from benchmarks import profile, report, runtime_compare, sweep
+from benchmarks import profile, report, runtime_compare, sweep, trees
 from specdec_ui.browser import find_chromium
 
 
@@ -60,6 +60,25 @@ def test_sweep_writes_cells_in_range_and_the_heatmaps(tmp_path):
     acceptance = sweep.heatmaps(cells, sweep.QUICK_KS, sweep.QUICK_TEMPERATURES, "").data[0]
     assert (acceptance.zmin, acceptance.zmax) == (0, 1)
     assert all(0 <= z <= 1 for row in acceptance.z for z in row)
+
+
+def test_trees_sweep_compares_each_shape_with_the_chain_and_predicts_a_default(tmp_path):
+    data = run_script(trees, tmp_path)
+    cells = data["cells"]
+    assert {(c["temperature"], c["kind"]) for c in cells} == {(t, k) for t in ("0", "sampled") for k in ("code", "prose")}
+    for c in cells:
+        assert 1 <= c["tokens_per_round"] <= data["settings"]["k"] + 1
+        assert c["nodes"] <= max(c["budget"], data["settings"]["k"])
+        assert c["tok_s"] > 0 and c["speedup_vs_chain"] > 0
+        if c["temperature"] == "0":
+            assert c["identical_to_verifier"]        # greedy trees and chains give the verifier's output
+        if c["width"] == 1:
+            assert c["speedup_vs_chain"] == 1.0
+    assert set(data["shapes"]) == {"0", "sampled"}
+    assert all("predicted_tok_s" in x for xs in data["shapes"].values() for x in xs)
+    assert all(math.isfinite(x) for x in data["costs"]["verify"] + data["costs"]["draft"])  # tiny: noise, any sign
+    text = report.trees_block(data)
+    assert "speed-up vs chain" in text and "best predicted shape" in text
 
 
 def test_profile_accounts_for_wall_time_and_fits_the_forward_cost(tmp_path):

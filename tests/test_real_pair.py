@@ -46,6 +46,27 @@ def test_greedy_speculative_equals_verifier_only(real_pair, capsys, prompt):
     assert spec["summary"]["acceptance_rate"] > 0.3  # the coder pair agrees most of the time
 
 
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_token_trees_equal_verifier_only(real_pair, capsys, prompt):
+    """A 3-wide, 12-node tree at K = 6 (wider than this machine may choose by default): the
+    verifier's batch-invariant tree attention keeps the output the verifier's, token for token."""
+    code, out, err = run_cli(capsys, "compare", "--drafter", "tree", "--tree-width", "3", "--tree-nodes", "12",
+                             "--prompt", prompt, "--max-new-tokens", "48")
+    assert code == 0 and out["identical"] is True, out["first_difference"]
+    spec = out["speculative"]["summary"]
+    assert spec["target_forwards"] < out["baseline"]["summary"]["target_forwards"]
+    assert out["settings"]["tree_width"] == 3 and "tree shape W=3 N=12: requested" in err
+
+
+def test_the_default_tree_shape_is_chosen_on_this_machine_and_recorded(real_pair, capsys):
+    code, out, err = run_cli(capsys, "generate", "--drafter", "tree", "--prompt", "def add(a, b):",
+                             "--max-new-tokens", "8")
+    assert code == 0
+    w, n = out["settings"]["tree_width"], out["settings"]["tree_nodes"]
+    assert w >= 1 and n >= 1 and f"tree shape W={w} N={n}" in err   # what ran, not 0 for "auto"
+    assert all(r["tree"]["width"] == w for r in out["rounds"])
+
+
 def test_generate_json_is_the_only_thing_on_stdout(real_pair, capsys):
     code, out, err = run_cli(capsys, "generate", "--prompt", "def add(a, b):", "--max-new-tokens", "12",
                              "--temperature", "0.8", "--top-k", "40", "--top-p", "0.9", "--seed", "3")

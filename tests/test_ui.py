@@ -511,6 +511,11 @@ def test_a_tree_round_is_drawn_tested_and_masked_phase_by_phase(tree_loader):
                          ("untested", "not tested")):
         assert shown.get(name, 0) == sum(n.status == status for n in nodes)
     assert shown[tiny_kind_name(r.next_kind)] == 1                             # the token that ends the round
+    placed = {j: (x, y) for t in decided.tree.data if t.customdata is not None
+              for j, x, y in zip(t.customdata, t.x, t.y)}
+    assert all(placed[j][0] == n.depth for j, n in enumerate(nodes))          # depth left to right
+    end = r.tree.kept[-1] if r.tree.kept else 0
+    assert placed[len(nodes)][0] == nodes[end].depth + 1                       # the final token after the path
     rows = re.findall(r'<tr class="row-(\w+)"><th scope="row">([^<]*)</th>(.*?)</tr>', decided.tests, re.S)
     tested = sorted((j for j, n in enumerate(nodes) if n.status in ("accepted", "rejected")),
                     key=lambda j: (nodes[j].depth, j))
@@ -526,6 +531,11 @@ def test_a_tree_round_is_drawn_tested_and_masked_phase_by_phase(tree_loader):
     assert f"= {r.target_cache[1]} after keeping the path" in committed.cache
     assert visible_text(committed.text) == output_text(segments([r]))
     assert isinstance(h.sample(s), Problem)                                    # the chain's rule: not a tree's
+
+
+def test_siblings_stack_in_test_order_and_a_parent_sits_between_its_children():
+    from specdec_ui.tree_views import slots
+    assert slots([-1, 0, 1, 1, 0]) == [-1.25, -0.5, 0.0, -1.0, -2.0]
 
 
 def tiny_kind_name(kind: str) -> str:
@@ -581,3 +591,10 @@ def test_a_tree_run_says_nodes_per_round_and_compare_races_three_columns(tree_lo
     assert "**The tree against the chain, per round:**" in view.why
     chain = list(h.compare(tree_loader, Session(), form(temperature=0.0, max_new_tokens=6)))[-1]
     assert not chain.tree_side and chain.spec_title == "### Speculative" and len(chain.race.data) == 2
+
+
+def test_a_tree_round_with_room_for_one_token_is_a_plain_step(tree_loader):
+    s = Session()
+    view = step(tree_loader, "step", s, tree_form(max_new_tokens=1))
+    assert len(s.walk.shown.tree.nodes) == 1 and s.walk.shown.next_kind == "plain"
+    assert "nothing was drafted" in view.tests and "drawn from p: nothing drafted" in {t.name for t in view.tree.data}
