@@ -176,11 +176,7 @@ class Generation:
             new = drafted[:n_acc] + [int(v.next_token[0])]
             t3 = clock()
             # 4. emit, cut after the first stop token (which may be one of the kept drafts)
-            stop_at = next((i for i, tok in enumerate(new) if tok in self.stop_ids), None)
-            if stop_at is not None:
-                new = new[: stop_at + 1]
-                self.stop_reason = "eos"
-            context += new
+            new = self._emit(new, context)
             # 5. roll both caches back to the invariant: every context token but the last
             draft_len = len(drafter.cache) if drafter.cache is not None else None
             target.rollback(context)
@@ -204,6 +200,15 @@ class Generation:
             if self.stop_reason:
                 return
 
+    def _emit(self, new: list[int], context: list[int]) -> list[int]:
+        """``new`` cut after its first stop token, appended to ``context``; a stop ends the run."""
+        stop_at = next((i for i, tok in enumerate(new) if tok in self.stop_ids), None)
+        if stop_at is not None:
+            new = new[: stop_at + 1]
+            self.stop_reason = "eos"
+        context += new
+        return new
+
     def _tree_round(self, context: list[int], target: CachedLM, asked: int, generator) -> RoundTrace:
         """One round with a token tree (:mod:`specdec.tree`): the same steps as a chain's."""
         cfg, drafter, s, clock = self.cfg, self.drafter, self.cfg.sampling, self._clock
@@ -225,11 +230,7 @@ class Generation:
         new = [tree.tokens[j] for j in path] + [int(v.next_token[0])]
         t3 = clock()
         # 4. emit, cut after the first stop token (an accepted stop-token node is a leaf)
-        stop_at = next((i for i, tok in enumerate(new) if tok in self.stop_ids), None)
-        if stop_at is not None:
-            new = new[: stop_at + 1]
-            self.stop_reason = "eos"
-        context += new
+        new = self._emit(new, context)
         # 5. both caches keep the accepted path's entries, then roll back to the invariant
         draft_len = len(drafter.cache)
         target.keep(cached + 1, [cached + j for j in path])

@@ -49,7 +49,7 @@ def _fastest_ms(fn, reps: int = 5) -> float:
 
 def _fit(xs, ys) -> tuple[float, float]:
     """Least squares y = a + b x."""
-    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     return my - b * mx, b
 

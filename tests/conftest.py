@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -23,6 +24,16 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "real_pair" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors are too small to split: on a loaded 2-core machine each op's thread barrier
+    costs more than its work. Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

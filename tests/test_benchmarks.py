@@ -14,14 +14,8 @@ from benchmarks import profile, report, runtime_compare, sweep, trees
 from specdec_ui.browser import find_chromium
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # A tiny model's forward takes about a millisecond: on a busy machine a second thread costs
-    # more in waiting for a core than it saves.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# a tiny model's forward takes about a millisecond: a second thread costs more than it saves
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run_script(module, tmp_path) -> dict:

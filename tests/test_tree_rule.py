@@ -12,14 +12,8 @@ V = 6
 PARENTS = [-1, 0, 0, 0, 1, 1, 2, 2]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # (B, 6) tensors are too small to split: on a loaded 2-core machine each op's thread barrier costs more
-    # than its work, and the Monte-Carlo tests ran 7x slower on two threads than on one.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# (B, 6) tensors: the Monte-Carlo tests ran 7x slower on two threads than on one
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _dist(weights):
