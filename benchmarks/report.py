@@ -233,7 +233,39 @@ def trees_block(d: dict) -> str:
     return "\n".join(out)
 
 
-BLOCKS = {"trees": (trees_block, "python -m benchmarks.trees"), "throughput": (throughput_block, "make bench"), "levers": (levers_block, "python -m benchmarks.levers"),
+def gpu_costs_block(d: dict) -> str:
+    hw, r, t, c = d["hardware"], d["ratios"], d["targets"], d["costs"]
+    ok = lambda x, lim, le=True: f"{x:.2f}{'' if (x <= lim if le else x >= lim) else ' (missed)'}"  # noqa: E731
+    out = [f"#### Forward costs on {hw['accelerator']}: the embedded pair's shapes, random weights", "",
+           f"{hw['accelerator']} ({d['device']}), precision {d['precision']}; torch {d['versions']['torch']}; commit "
+           f"`{d['commit']}`, {d['date'][:10]}. Median of {d['reps']} forwards of L new rows after a {d['context']}-token "
+           "context, through `CachedLM.forward` with the clock waiting for the device; a + b L fitted over L = 1..16.",
+           "", "| model | mode | 1 row (ms) | 7 rows (ms) | 16 rows (ms) | a (ms) | b (ms/row) |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    for name, x in c.items():
+        ms = x["ms"]
+        out.append(f"| {name.split()[0].replace('target', 'verifier')} | {name.split()[1]} | {ms['1']:.2f} "
+                   f"| {ms['7']:.2f} | {ms['16']:.2f} | {x['a_ms']:.2f} | {x['b_ms']:.3f} |")
+    g = r["graphs_speedup"]
+    out += ["", "| against issue 17's targets | measured | target |", "|---|---:|---:|",
+            f"| verifier, 7 rows / 1 row | {ok(r['verify_7_over_1'], t['verify_7_over_1'])} | <= {t['verify_7_over_1']} |",
+            f"| draft step / verifier step | {ok(r['draft_over_verify'], t['draft_over_verify'])} "
+            f"| <= {t['draft_over_verify']} |"]
+    if g:
+        out += [f"| graphs vs eager, one-row step, {m.replace('target', 'verifier')} | "
+                f"{ok(v, t['graphs_speedup'], le=False)}x | >= {t['graphs_speedup']}x |" for m, v in g.items()]
+    for kind, p in d["prediction"].items():
+        for how, x in p.items():
+            out.append(f"| predicted speed-up, {kind} (CPU acceptance {d['cpu_acceptance'][kind]:.0%}), {how}, "
+                       f"best K = {x['k']} | {ok(x['speedup'], t['predicted_speedup'], le=False)}x "
+                       f"| >= {t['predicted_speedup']}x |")
+    out += ["", f"Exact greedy output pads every verifier forward to {d['padded']['rows']} rows: its one-token step "
+            f"costs {r['exact_padding_cost']:.2f}x the unpadded one ({d['padded']['ms']['1']:.2f} ms). Acceptance from "
+            f"`{d['cpu_acceptance'].get('source')}` ({d['cpu_acceptance'].get('cpu')})."]
+    return "\n".join(out)
+
+
+BLOCKS = {"gpu_costs": (gpu_costs_block, "python -m benchmarks.gpu_costs"), "trees": (trees_block, "python -m benchmarks.trees"), "throughput": (throughput_block, "make bench"), "levers": (levers_block, "python -m benchmarks.levers"),
           "sweep": (sweep_block, "python -m benchmarks.sweep"), "profile": (profile_block, "python -m benchmarks.profile"),
           "runtime_compare": (runtime_compare_block, "python -m benchmarks.runtime_compare"),
           "app_overhead": (app_overhead_block, "python -m benchmarks.app_overhead")}

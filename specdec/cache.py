@@ -31,7 +31,7 @@ class CachedLM:
         self.vocab_size = vocab_size  # shared vocabulary V: padding rows beyond it are sliced off
         self.lean = isinstance(model, LeanQwen2)
         if self.lean:
-            self.device, self.cache = torch.device("cpu"), model.new_cache()
+            self.device, self.cache = model.device, model.new_cache()
             return
         self.device = next(model.parameters()).device
         self.cache = DynamicCache(config=model.config)
@@ -47,7 +47,7 @@ class CachedLM:
         """Append ``ids`` (T,) to the cache; return the logits of the last ``keep`` of them, (keep, V)."""
         if self.lean:
             return self.model(torch.tensor(ids, dtype=torch.long), self.cache, keep)[:, : self.vocab_size]
-        x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        x = torch.tensor([ids], dtype=torch.long).to(self.device, non_blocking=True)  # (1, T), no host sync
         out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep)
         return out.logits[0, -keep:, : self.vocab_size]  # (keep, V)
 

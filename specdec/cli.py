@@ -12,6 +12,7 @@ import sys
 from .config import ConfigError
 from .embedded import ModelLoadError
 from .engine import Generation
+from .exactness import explain, how_exact
 from .render import first_difference
 from .sampling import NumericalError
 from .settings import (ModelChoice, RunSettings, add_decode_arguments, add_model_arguments, decode_from_args,
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"precision {pair.precision.reason}", file=sys.stderr)
         if pair.draft_precision is not None:
             print(f"draft precision {pair.draft_precision.reason}", file=sys.stderr)
+        print(f"greedy output equals verifier-only: {how_exact(pair)}", file=sys.stderr)
         decode = asked.decode
         if asked.drafter == "tree":
             decode, why = resolve_tree(pair, decode)
@@ -83,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                "speedup": s.tokens_per_s / b.tokens_per_s if b.tokens_per_s else 0.0,
                "identical": base.token_ids == spec.token_ids,
                "first_difference": first_difference(base.token_ids, spec.token_ids)}
+        # at T = 0 a difference is explained, never silent: a near-tie of the verifier's logits, or a bug
+        diff = explain(pair, base.prompt_ids, base.token_ids, spec.token_ids) if settings.decode.sampling.greedy else None
+        out["difference"] = None if diff is None else diff.to_dict()
         if args.json:
             print(json.dumps(out))
         else:
@@ -91,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             print(_line("speculative", out["speculative"]["summary"]))
             print(f"speedup {out['speedup']:.2f}x; identical output: {out['identical']}"
                   + ("" if settings.decode.sampling.greedy else " (sampling: outputs differ by design)"))
+            if diff is not None:
+                print(diff.sentence(pair.token_text))
         return 0
     except (ConfigError, ModelLoadError, NumericalError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -25,7 +25,7 @@ import torch
 from .cache import CachedLM
 from .config import SamplingConfig
 from .devices import Clock
-from .sampling import NumericalError, draw, probs_from_logits, sample
+from .sampling import draw, host_read, numerics, probs_from_logits, raise_numerical, sample, to_device
 
 # Why a proposal ended. LIMIT: it drafted as many tokens as it was asked for (the engine tells K
 # from the round's budget); CONFIDENCE: the draft's confidence in its last token was below the
@@ -54,7 +54,13 @@ def mix_uniform(q: torch.Tensor, noise: float) -> torch.Tensor:
 def top_probability(logits: torch.Tensor) -> float:
     """The largest softmax probability of one row of raw logits: the draft's own confidence,
     untempered, so that it means the same at every temperature."""
-    return float(torch.exp(-torch.logsumexp(logits - logits.max(), -1)))
+    return float(top_probabilities(logits[None])[0])
+
+
+def top_probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """(R, V) raw logits -> (R,) float32 :func:`top_probability` of each row, left on the device."""
+    logits = logits.detach().float()
+    return torch.exp(-torch.logsumexp(logits - logits.amax(-1, keepdim=True), -1))
 
 
 class Drafter:
@@ -79,11 +85,11 @@ class Drafter:
 class NoDrafter(Drafter):
     """Proposes nothing: every round is one plain verifier step. The verifier-only baseline."""
 
-    def __init__(self, vocab_size: int):
-        self.vocab_size = vocab_size
+    def __init__(self, vocab_size: int, device: torch.device | str = "cpu"):
+        self.vocab_size, self.device = vocab_size, torch.device(device)
 
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
-        return Proposal([], torch.zeros(0, self.vocab_size), stopped=NOTHING)
+        return Proposal([], torch.zeros(0, self.vocab_size, device=self.device), stopped=NOTHING)
 
 
 class ModelDrafter(Drafter):
@@ -95,59 +101,60 @@ class ModelDrafter(Drafter):
         self.cache, self.clock, self.stop_ids = CachedLM(model, vocab_size), clock, stop_ids
 
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
-        if sampling.greedy and not noise and self.fast_greedy:
-            return self._propose_greedy(context, k, confidence)
+        """One host read per drafted token (its id, with its confidence where the test reads it), the
+        last one's left to the round's one read of the NaN test and the confidences. At T = 0 without
+        noise (``fast_greedy``) each token is the argmax of its logits and q is built once per round."""
+        fast = sampling.greedy and not noise and self.fast_greedy
         feed = context[len(self.cache):]  # the last context token, plus a token it missed
-        tokens, dists, confidences, forward_s, stopped = [], [], [], 0.0, LIMIT
+        tokens, ids, rows, dists, sure, forward_s, stopped = [], [], [], [], [], 0.0, LIMIT
         for _ in range(k):
             t0 = self.clock()
             logits = self.cache.forward(feed, keep=1)     # (1, V)
             forward_s += self.clock() - t0
-            q = mix_uniform(probs_from_logits(logits, sampling), noise)  # (1, V)
-            # a degraded draft samples from q' even at T = 0: its argmax would not be a sample of q'
-            token = int(sample(q, sampling.greedy and not noise, generator))
-            tokens.append(token)
-            dists.append(q)
-            confidences.append(top_probability(logits[0]))
-            feed = [token]
-            if token in self.stop_ids:  # whatever follows a kept stop token is never emitted
-                stopped = STOP_TOKEN
-                break
-            if confidence and confidences[-1] < confidence:
-                stopped = CONFIDENCE
-                break
-        probs = torch.cat(dists) if dists else torch.zeros(0, self.cache.vocab_size)
-        return Proposal(tokens, probs, forward_s, stopped, tuple(confidences))
-
-    def _propose_greedy(self, context, k, confidence) -> Proposal:
-        """T = 0 without noise: q is one-hot at the argmax, so the hot path per drafted token is
-        the forward and one argmax; q, the NaN check and the confidences for the trace are built
-        once per round from the stacked logits (the confidence only per token when it can stop
-        the drafting)."""
-        feed = context[len(self.cache):]
-        tokens, rows, forward_s, stopped = [], [], 0.0, LIMIT
-        for _ in range(k):
-            t0 = self.clock()
-            logits = self.cache.forward(feed, keep=1)     # (1, V)
-            forward_s += self.clock() - t0
-            token = int(logits[0].argmax())
-            tokens.append(token)
+            if fast:
+                ids.append(logits.argmax(-1))             # (1,)
+            else:
+                q = mix_uniform(probs_from_logits(logits, sampling, check=False), noise)  # (1, V)
+                # a degraded draft samples from q' even at T = 0: its argmax would not be a sample of q'
+                ids.append(sample(q, sampling.greedy and not noise, generator))
+                dists.append(q)
             rows.append(logits)
+            sure.append(top_probabilities(logits))        # (1,)
+            if len(ids) == k:
+                break  # no forward waits for the last id: the round's read fetches it
+            token, unsure = self._read(ids[-1], sure[-1], confidence)
+            tokens.append(token)
             feed = [token]
-            if token in self.stop_ids:
-                stopped = STOP_TOKEN
+            stopped = self._stop(token, unsure)
+            if stopped != LIMIT:
                 break
-            if confidence and top_probability(logits[0]) < confidence:
-                stopped = CONFIDENCE
-                break
-        if not tokens:
-            return Proposal([], torch.zeros(0, self.cache.vocab_size), forward_s, stopped)
-        logits = torch.cat(rows).float()                                          # (K, V)
-        if torch.isnan(logits).any():
-            raise NumericalError("the model produced NaN logits; try another precision (--precision float32)")
-        probs = torch.nn.functional.one_hot(torch.tensor(tokens), logits.shape[-1]).float()  # (K, V)
-        confidences = torch.exp(-torch.logsumexp(logits - logits.amax(-1, keepdim=True), -1))  # (K,)
-        return Proposal(tokens, probs, forward_s, stopped, tuple(confidences.tolist()))
+        if not ids:
+            return Proposal([], torch.zeros(0, self.cache.vocab_size, device=self.cache.device), forward_s, stopped)
+        ids_k = torch.cat(ids)                                                    # (K,)
+        probs = torch.nn.functional.one_hot(ids_k, rows[0].shape[-1]).float() if fast else torch.cat(dists)  # (K, V)
+        # the round's one read: the ids not read yet, the NaN test of the (K, V) logits and q, the confidences
+        flags = numerics(torch.cat(rows), None if fast else probs)              # (2,)
+        *got, nan, bad = host_read(torch.cat(sure), ids_k[len(tokens):], flags)
+        raise_numerical(nan, bad, sampling)
+        confidences = tuple(got[:len(ids)])
+        if len(tokens) < len(ids):  # the K-th token: whatever it is, drafting ends; why is recorded
+            tokens.append(int(got[-1]))
+            stopped = self._stop(tokens[-1], bool(confidence) and confidences[-1] < confidence)
+        return Proposal(tokens, probs, forward_s, stopped, confidences)
+
+    @staticmethod
+    def _read(token: torch.Tensor, sure: torch.Tensor, confidence: float) -> tuple[int, bool]:
+        """The drafted id, and whether the confidence test stops after it: ONE host read for both
+        (float32 holds every id < 2^24 exactly)."""
+        if not confidence:
+            return int(token), False
+        token, sure = host_read(token, sure)
+        return int(token), sure < confidence
+
+    def _stop(self, token: int, unsure: bool) -> str:
+        if token in self.stop_ids:  # whatever follows a kept stop token is never emitted
+            return STOP_TOKEN
+        return CONFIDENCE if unsure else LIMIT
 
 
 class LookupDrafter(Drafter):
@@ -159,16 +166,16 @@ class LookupDrafter(Drafter):
     context positions it must not match or copy (the chat template's markup around the prompt,
     such as ``<|im_start|>assistant``); every generated token is visible."""
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, hidden: tuple[bool, ...] = ()):
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, hidden: tuple[bool, ...] = (),
+                 device: torch.device | str = "cpu"):
         self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
-        self.hidden = hidden
+        self.hidden, self.device = hidden, torch.device(device)
 
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
         copied = self._lookup(context, k)
         if not copied:
-            return Proposal([], torch.zeros(0, self.vocab_size), stopped=NO_MATCH)
-        one_hot = torch.zeros(len(copied), self.vocab_size)                  # (K, V)
-        one_hot[torch.arange(len(copied)), torch.tensor(copied)] = 1.0
+            return Proposal([], torch.zeros(0, self.vocab_size, device=self.device), stopped=NO_MATCH)
+        one_hot = torch.nn.functional.one_hot(to_device(copied, self.device), self.vocab_size).float()  # (K, V)
         probs = mix_uniform(one_hot, noise)                                  # (K, V)
         tokens = copied if not noise else draw(probs, generator).tolist()
         return Proposal(tokens, probs, stopped=LIMIT if len(tokens) == k else COPY_END)

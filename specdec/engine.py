@@ -9,6 +9,10 @@ All randomness (draft sampling, the draws u, the resample) comes from one ``torc
 seeded once per run, so the same seed gives the same tokens and the same trace. Every phase is
 timed with a :class:`~specdec.devices.Clock`, which waits for the device, so per-phase times are
 true on CUDA and MPS too.
+
+Probabilities, draws and the rule stay on the device the logits come from; the host reads back
+(a device sync each) one id per drafted token, then ONE packed read for the verdict and ONE for
+the trace's numbers per round (tests/test_device_path.py counts them).
 """
 from __future__ import annotations
 
@@ -21,8 +25,8 @@ from .cache import CachedLM
 from .config import ConfigError, DecodeConfig
 from .devices import Clock
 from .drafters import LIMIT, Drafter, HybridDrafter, LookupDrafter, ModelDrafter, NoDrafter
-from .rule import verify, verify_tree
-from .sampling import probs_from_logits
+from .rule import check_contract, verify, verify_tree
+from .sampling import host_read, numerics, probs_from_logits, raise_numerical, to_device
 from .settings import DRAFTERS
 from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNREACHED, UNTESTED, Candidate,
                     DraftPosition, TESTED, PhaseTimes, RoundTrace, RunSummary, TokenProb, TreeNode, TreeRound,
@@ -43,9 +47,9 @@ def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool
     ``hidden``: the prompt positions prompt lookup must not read (the chat template's markup);
     ``stop_ids``: after drafting one of these the model drafter stops (default: the pair's)."""
     if kind == "none":
-        return NoDrafter(pair.vocab_size)
+        return NoDrafter(pair.vocab_size, pair.device)
     if kind == "lookup":
-        return LookupDrafter(pair.vocab_size, hidden=hidden)
+        return LookupDrafter(pair.vocab_size, hidden=hidden, device=pair.device)
     if kind == "tree":
         from .tree_shape import default_shape
         require_lean(pair)
@@ -62,7 +66,7 @@ def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool
         model = ModelDrafter(pair.draft, pair.vocab_size, clock or Clock(pair.device),
                              pair.stop_ids if stop_ids is None else stop_ids)
         # a 1- or 2-token match is weak evidence of copying: the hybrid copies after a 3-gram only
-        lookup = LookupDrafter(pair.vocab_size, min_ngram=HYBRID_MIN_NGRAM, hidden=hidden)
+        lookup = LookupDrafter(pair.vocab_size, min_ngram=HYBRID_MIN_NGRAM, hidden=hidden, device=pair.device)
         return model if kind == "model" else HybridDrafter(lookup, model)
     raise ConfigError(f"drafter must be one of {', '.join(DRAFTERS)} (got {kind!r})", "drafter")
 
@@ -131,7 +135,7 @@ class Generation:
 
     def _loop(self) -> Iterator[RoundTrace]:
         pair, cfg, drafter, s, clock = self.pair, self.cfg, self.drafter, self.cfg.sampling, self._clock
-        generator = torch.Generator().manual_seed(cfg.seed)
+        generator = torch.Generator(device=pair.device).manual_seed(cfg.seed)  # draws happen where the logits are
         context = list(self.prompt_ids)  # prompt + every emitted token
         target = CachedLM(pair.target, pair.vocab_size)
         t_prefill = clock()
@@ -166,14 +170,20 @@ class Generation:
             # 2. ONE verifier forward over K+1 positions: the last emitted token, then the K drafts
             logits = target.forward(context[len(target):] + drafted, keep=k + 1)   # (K+1, V)
             t_fwd = clock()
-            target_probs = probs_from_logits(logits, s)                             # (K+1, V)
+            target_probs = probs_from_logits(logits, s, check=False)                # (K+1, V)
             target_len = len(target)
             t2 = clock()
             # 3. accept/reject with the pure rule: keep a leading run, then resample or take the bonus
-            v = verify(torch.tensor([drafted], dtype=torch.long).view(1, k), proposal.probs[None],
-                       target_probs[None], generator, greedy=s.greedy)
-            n_acc = int(v.n_accepted[0])
-            new = drafted[:n_acc] + [int(v.next_token[0])]
+            draft_tokens = to_device([drafted], target_probs.device).view(1, k)     # (1, K)
+            v = verify(draft_tokens, proposal.probs[None], target_probs[None], generator, greedy=s.greedy, check=False)
+            # ONE host read per verification: the verdict, the drafter's contract, the NaN test of p
+            n_acc, nxt, kept, nan, bad = host_read(v.n_accepted, v.next_token, v.contract,
+                                                   numerics(logits, target_probs))
+            raise_numerical(nan, bad, s)
+            if not kept:
+                check_contract(draft_tokens, proposal.probs[None])
+            n_acc, nxt = int(n_acc), int(nxt)
+            new = drafted[:n_acc] + [nxt]
             t3 = clock()
             # 4. emit, cut after the first stop token (which may be one of the kept drafts)
             new = self._emit(new, context)
@@ -184,7 +194,7 @@ class Generation:
             t4 = clock()
             # 6. record the round
             pieces = self._append_text(new)
-            record = self._record(proposal, target_probs, v, new, pieces, len(context) - len(new),
+            record = self._record(proposal, target_probs, v, n_acc, nxt, new, pieces, len(context) - len(new),
                                   (target_len, len(target)),
                                   None if draft_len is None else (draft_len, len(drafter.cache)))
             record["draft_stop"] = (proposal.stopped if proposal.stopped != LIMIT else
@@ -220,14 +230,18 @@ class Generation:
         cached = len(target)                                                        # the context but the root
         logits = target.forward_tree(list(tree.tokens), verifier_attention(tree.parents, cached))  # (N+1, V)
         t_fwd = clock()
-        target_probs = probs_from_logits(logits, s)                                 # (N+1, V)
+        target_probs = probs_from_logits(logits, s, check=False)                    # (N+1, V)
         target_len = len(target)
         t2 = clock()
         # 3. walk the tree with the rule: the accepted path, then a resample or the bonus
-        v = verify_tree(tree.parents, torch.tensor([tree.tokens]), tree.probs[None], target_probs[None], generator,
-                        greedy=s.greedy, keep_residuals=True)
-        path = v.path[0, : int(v.n_accepted[0])].tolist()
-        new = [tree.tokens[j] for j in path] + [int(v.next_token[0])]
+        v = verify_tree(tree.parents, to_device([tree.tokens], target_probs.device), tree.probs[None],
+                        target_probs[None], generator, greedy=s.greedy, keep_residuals=True)
+        # ONE host read of the verdict and the NaN test of p
+        n_acc, nxt, last, *path, nan, bad = host_read(v.n_accepted, v.next_token, v.last, v.path[0],
+                                                      numerics(logits, target_probs))
+        raise_numerical(nan, bad, s)
+        path, nxt, last = [int(j) for j in path[:int(n_acc)]], int(nxt), int(last)
+        new = [tree.tokens[j] for j in path] + [nxt]
         t3 = clock()
         # 4. emit, cut after the first stop token (an accepted stop-token node is a leaf)
         new = self._emit(new, context)
@@ -240,7 +254,7 @@ class Generation:
         t4 = clock()
         # 6. record the round
         pieces = self._append_text(new)
-        record = self._tree_record(tree, target_probs, v, path, new, pieces, len(context) - len(new),
+        record = self._tree_record(tree, target_probs, v, path, nxt, last, new, pieces, len(context) - len(new),
                                    (target_len, len(target)), (draft_len, len(drafter.cache)))
         record["draft_stop"] = ("tree_budget" if tree.stopped == BUDGET else tree.stopped if tree.stopped != LIMIT
                                 else "k" if asked == cfg.k else "budget")
@@ -250,69 +264,84 @@ class Generation:
         start_of_round = self.rounds[-1].elapsed if self.rounds else self.prefill_s
         return RoundTrace(**{**record, "times": times, "elapsed": start_of_round + times.total})
 
-    def _tree_record(self, tree, target_probs, v, path, new, pieces, context_len, target_cache, draft_cache) -> dict:
+    def _tree_record(self, tree, target_probs, v, path, nxt, last, new, pieces, context_len, target_cache,
+                     draft_cache) -> dict:
         """A tree round's fields but its times. ``positions`` are the chain view of the round (the
         accepted path, then the first rejected child of the node the walk stopped at), so the
         summaries and the colour-coded output read a tree round as a chain; ``tree`` has every node."""
-        q, p = tree.probs, target_probs                                              # (N+1, V) each
-        nums = lambda x: None if x != x else float(x)  # noqa: E731  NaN (untested) -> None
-        ratios, uniforms, residuals = v.ratios[0].tolist(), v.uniforms[0].tolist(), v.residuals[0]
-        tested, accepted = v.tested[0].tolist(), v.accepted[0].tolist()
-        depth, last = depths(tree.parents), int(v.last[0])
-        nodes = [TreeNode(-1, tree.tokens[0], self.pair.token_text(tree.tokens[0]), 0, 1.0, 1.0, 1.0, ROOT, None, None)]
-        for j in range(1, len(tree.parents)):
-            a, tok = tree.parents[j], tree.tokens[j]
-            status = ACCEPTED if accepted[j] else REJECTED if tested[j] else UNTESTED
-            nodes.append(TreeNode(a, tok, self.pair.token_text(tok), depth[j], float(q[a, tok]), tree.path_q[j],
-                                  float(p[a, tok]), status, nums(ratios[j]), nums(uniforms[j]),
-                                  self._top(residuals[j]) if status == REJECTED else ()))
+        q, p, n = tree.probs, target_probs, min(TOP_N, target_probs.shape[-1])     # (N+1, V) each
+        N, depth = tree.n, depths(tree.parents)
         emitted_drafts = min(len(path), len(new))
         stopped_in_drafts = len(new) <= len(path)
-        first_rejected = next((j for j in range(1, len(nodes)) if tree.parents[j] == last), None)
+        first_rejected = next((j for j in range(1, N + 1) if tree.parents[j] == last), None)
         shown = path + ([first_rejected] if first_rejected is not None and not stopped_in_drafts else [])
-        positions = []
-        for i, j in enumerate(shown):
+        # ONE host read for the trace: every node's q(x), p(x) at its parent, the verdict's per-node numbers
+        # and residual tops, the shown positions' numbers (_position_numbers) and the final token's top
+        parent, token = to_device(tree.parents[1:], p.device), to_device(tree.tokens[1:], p.device)  # (N,) each
+        rows = to_device([tree.parents[j] for j in shown], p.device)                 # (S,) shown positions' parents
+        packed = _position_numbers(p[rows], q[rows], to_device([tree.tokens[j] for j in shown], p.device), n)
+        take = _reader(host_read(q[parent, token], p[parent, token], v.ratios[0], v.uniforms[0], v.tested[0],
+                                 v.accepted[0], *v.residuals[0, 1:].topk(n, dim=-1), packed,
+                                 *v.next_dist[0].topk(n), v.next_dist[0, nxt]))
+        q_x, p_x = take(N), take(N)
+        ratios, uniforms, tested, accepted = take(N + 1), take(N + 1), take(N + 1), take(N + 1)
+        res_vals, res_ids = take(N * n), take(N * n)
+        numbers = [take(packed.shape[-1]) for _ in shown]
+        nxt_top, nxt_prob = (take(n), take(n)), take(1)[0]
+        nums = lambda x: None if x != x else x  # noqa: E731  NaN (untested) -> None
+        nodes = [TreeNode(-1, tree.tokens[0], self.pair.token_text(tree.tokens[0]), 0, 1.0, 1.0, 1.0, ROOT, None, None)]
+        for j in range(1, N + 1):
             a, tok = tree.parents[j], tree.tokens[j]
+            status = ACCEPTED if accepted[j] else REJECTED if tested[j] else UNTESTED
+            top = slice((j - 1) * n, j * n)  # node j's block of the residual tops
+            residual_top = self._top(res_vals[top], res_ids[top]) if status == REJECTED else ()
+            nodes.append(TreeNode(a, tok, self.pair.token_text(tok), depth[j], q_x[j - 1], tree.path_q[j], p_x[j - 1],
+                                  status, nums(ratios[j]), nums(uniforms[j]), residual_top))
+        positions = []
+        for i, (j, row) in enumerate(zip(shown, numbers)):
             status = ACCEPTED if i < emitted_drafts else AFTER_STOP if stopped_in_drafts else REJECTED
             positions.append(DraftPosition(
-                token_id=tok, text=nodes[j].text, q=nodes[j].q, p=nodes[j].p, ratio=nodes[j].ratio, u=nodes[j].u,
-                beta=float(torch.minimum(p[a], q[a]).sum()), status=status,
-                candidates=self._candidates(p[a], q[a], tok), confidence=None))
-        nxt = int(v.next_token[0])
+                token_id=tree.tokens[j], text=nodes[j].text, q=nodes[j].q, p=nodes[j].p, ratio=nodes[j].ratio,
+                u=nodes[j].u, beta=row[2], status=status, candidates=self._candidates(row, tree.tokens[j], n),
+                confidence=None))
         if stopped_in_drafts:
             kind, token, top = None, None, ()
         else:
-            kind = PLAIN if len(nodes) == 1 else RESAMPLED if first_rejected is not None else BONUS
-            token, top = TokenProb(nxt, self.pair.token_text(nxt), float(v.next_dist[0, nxt])), self._top(v.next_dist[0])
+            kind = PLAIN if N == 0 else RESAMPLED if first_rejected is not None else BONUS
+            token, top = TokenProb(nxt, self.pair.token_text(nxt), nxt_prob), self._top(*nxt_top)
         return dict(index=len(self.rounds), context_len=context_len, positions=tuple(positions),
                     n_accepted=emitted_drafts, rejected_at=len(path) if kind == RESAMPLED else None,
                     next_kind=kind, next_token=token, next_top=top, emitted=tuple(new), pieces=pieces,
                     target_cache=target_cache, draft_cache=draft_cache, drafted_by="",
                     tree=TreeRound(tuple(nodes), tree.width, tree.budget, tuple(path)))
 
-    def _record(self, proposal, target_probs, v, new: list[int], pieces, context_len, target_cache,
-                draft_cache) -> dict:
+    def _record(self, proposal, target_probs, v, n_acc: int, nxt: int, new: list[int], pieces, context_len,
+                target_cache, draft_cache) -> dict:
         """The round's fields but its times. A stop token among the kept drafts ends the round
         there: only the drafts up to it count as accepted, and no next token follows."""
-        k, n_acc = len(proposal.tokens), int(v.n_accepted[0])
+        k, n = len(proposal.tokens), min(TOP_N, target_probs.shape[-1])
         emitted_drafts = min(n_acc, len(new))
         stopped_in_drafts = len(new) <= n_acc
-        nxt = int(v.next_token[0])
+        # ONE host read for the trace: the K positions' numbers (_position_numbers), the ratios and the
+        # draws, and the top of the distribution the next token was drawn from
+        packed = _position_numbers(target_probs[:k], proposal.probs, to_device(proposal.tokens, target_probs.device), n)
+        take = _reader(host_read(packed, v.ratios[0], v.uniforms[0], *v.next_dist[0].topk(n), v.next_dist[0, nxt]))
+        numbers, ratios, uniforms = [take(packed.shape[-1]) for _ in range(k)], take(k), take(k)
+        nxt_top, nxt_prob = (take(n), take(n)), take(1)[0]
         if stopped_in_drafts:
             kind, token, top = None, None, ()
         else:
             kind = PLAIN if k == 0 else RESAMPLED if n_acc < k else BONUS
-            token, top = TokenProb(nxt, self.pair.token_text(nxt), float(v.next_dist[0, nxt])), self._top(v.next_dist[0])
+            token, top = TokenProb(nxt, self.pair.token_text(nxt), nxt_prob), self._top(*nxt_top)
         positions = []
-        for i, tok in enumerate(proposal.tokens):
-            q, p = proposal.probs[i], target_probs[i]  # (V,), (V,)
+        for i, (tok, row) in enumerate(zip(proposal.tokens, numbers)):
             status = (ACCEPTED if i < emitted_drafts else AFTER_STOP if stopped_in_drafts
                       else REJECTED if i == n_acc else UNREACHED)
             tested = status in TESTED  # the rule read u and p/q here; elsewhere they decide nothing
             positions.append(DraftPosition(
-                token_id=tok, text=self.pair.token_text(tok), q=float(q[tok]), p=float(p[tok]),
-                ratio=float(v.ratios[0, i]) if tested else None, u=float(v.uniforms[0, i]) if tested else None,
-                beta=float(torch.minimum(p, q).sum()), status=status, candidates=self._candidates(p, q, tok),
+                token_id=tok, text=self.pair.token_text(tok), q=row[1], p=row[0],
+                ratio=ratios[i] if tested else None, u=uniforms[i] if tested else None,
+                beta=row[2], status=status, candidates=self._candidates(row, tok, n),
                 confidence=proposal.confidence[i] if i < len(proposal.confidence) else None))
         return dict(index=len(self.rounds), context_len=context_len, positions=tuple(positions),
                     n_accepted=emitted_drafts, rejected_at=n_acc if n_acc < k and not stopped_in_drafts else None,
@@ -334,18 +363,41 @@ class Generation:
             self.text = text
         return tuple(pieces)
 
-    def _candidates(self, p: torch.Tensor, q: torch.Tensor, drafted: int) -> tuple[Candidate, ...]:
+    def _candidates(self, numbers: list[float], drafted: int, n: int) -> tuple[Candidate, ...]:
         """The top of p and the top of q (with mass) and the drafted token, each with both
-        probabilities, largest first: one shared token axis for the chart of this position."""
-        n = min(TOP_N, p.shape[-1])
+        probabilities, largest first: one shared token axis for the chart of this position.
+        ``numbers``: the position's row of :func:`_position_numbers`, read on the host."""
+        p_x, q_x, _, p_vals, p_ids, q_at_p, q_vals, q_ids, p_at_q = *numbers[:3], *(
+            numbers[3 + j * n:3 + (j + 1) * n] for j in range(6))
+        p_ids, q_ids = [int(i) for i in p_ids], [int(i) for i in q_ids]
+        p = {drafted: p_x, **dict(zip(q_ids, p_at_q)), **dict(zip(p_ids, p_vals))}
+        q = {drafted: q_x, **dict(zip(p_ids, q_at_p)), **dict(zip(q_ids, q_vals))}
         ids = {drafted}
-        for dist in (p, q):
-            vals, top = dist.topk(n)
-            ids |= {int(i) for x, i in zip(vals, top) if x > 0}
-        ranked = sorted(ids, key=lambda i: -max(float(p[i]), float(q[i])))
-        return tuple(Candidate(i, self.pair.token_text(i), float(p[i]), float(q[i])) for i in ranked)
+        for vals, top in ((p_vals, p_ids), (q_vals, q_ids)):
+            ids |= {i for x, i in zip(vals, top) if x > 0}
+        ranked = sorted(ids, key=lambda i: -max(p[i], q[i]))
+        return tuple(Candidate(i, self.pair.token_text(i), p[i], q[i]) for i in ranked)
 
-    def _top(self, dist: torch.Tensor) -> tuple[TokenProb, ...]:
-        vals, ids = dist.topk(min(TOP_N, dist.shape[-1]))
-        return tuple(TokenProb(int(i), self.pair.token_text(int(i)), float(x))
-                     for x, i in zip(vals, ids) if x > 0)
+    def _top(self, vals: list[float], ids: list[float]) -> tuple[TokenProb, ...]:
+        """A distribution's top entries with mass, from its topk values and ids read on the host."""
+        return tuple(TokenProb(int(i), self.pair.token_text(int(i)), x) for x, i in zip(vals, ids) if x > 0)
+
+
+def _reader(numbers: list[float]):
+    """``take(m)``: the next m numbers of a host read, in the order they were packed."""
+    it = iter(numbers)
+    return lambda m: [next(it) for _ in range(m)]
+
+
+def _position_numbers(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, n: int) -> torch.Tensor:
+    """(R, V) p and q at R drafted positions, (R,) the drafted tokens -> (R, 3 + 6n) on the device, for
+    the trace's one host read: p(x), q(x), beta = sum min(p, q), then p's top n (values, ids, q there)
+    and q's top n (values, ids, p there). Ids are exact in float32 below 2^24."""
+    x = tokens[:, None]                                                           # (R, 1)
+    both = torch.minimum(p, q)                                                    # (R, V)
+    # one sum per row, as one position at a time summed it: a batched sum rounds differently on a large V
+    beta = torch.stack([row.sum() for row in both]) if len(both) else both.new_zeros(0)  # (R,)
+    p_vals, p_ids = p.topk(n, dim=-1)                                             # (R, n) each
+    q_vals, q_ids = q.topk(n, dim=-1)                                             # (R, n) each
+    return torch.cat([p.gather(-1, x), q.gather(-1, x), beta[:, None], p_vals, p_ids.float(), q.gather(-1, p_ids),
+                      q_vals, q_ids.float(), p.gather(-1, q_ids)], -1)           # (R, 3 + 6n)

@@ -18,6 +18,8 @@ per machine by capability checks and a cached one-time measurement. Representati
                    result does not depend on which other rows share the batch: the verifier's
                    K+1-row forward and its 1-row forward agree exactly in these layers.
 * ``float16``      fp16 weights, float32 activations and accumulation: fbgemm's packed GEMM.
+* ``int8 weight-only`` (GPUs, where the build has the kernel) int8 weights per output channel,
+                   half-precision activations: ``torch._weight_int8pack_mm``.
 * ``int4``         weights int4 in groups of 32 with a scale and a minimum per group (GGUF Q4_K's
                    layout), torch's ``_weight_int4pack_mm_for_cpu`` with bf16 activations.
 
@@ -90,8 +92,9 @@ class DenseLinear(PackedLinear):
         self.kind = str(weight.dtype).removeprefix("torch.") + (" (W @ x^T)^T" if transposed else "")
 
     @classmethod
-    def from_weight(cls, weight, bias, dtype: torch.dtype = torch.float32, transposed: bool = False):
-        return cls(weight.to(dtype), bias, transposed)
+    def from_weight(cls, weight, bias, dtype: torch.dtype = torch.float32, transposed: bool = False,
+                    device: torch.device | str = "cpu"):
+        return cls(weight.to(device, dtype), bias, transposed)
 
     def state(self):
         return {"weight": self.weight}
@@ -278,4 +281,42 @@ class Int4Linear(PackedLinear):
     def _matmul(self, x):
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(
             x.to(torch.bfloat16), self.packed, GROUP, self.scales_and_zeros).float()
+        return y if self.bias is None else y + self.bias
+
+
+def weight_only_int8_on(device: torch.device) -> bool:
+    """Whether this torch build has the weight-only int8 matmul for ``device``: a capability check
+    against the kernel registry, not a guess from the device's name."""
+    key = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS"}.get(device.type)
+    return bool(key) and hasattr(torch, "_weight_int8pack_mm") and \
+        torch._C._dispatch_has_kernel_for_dispatch_key("aten::_weight_int8pack_mm", key)
+
+
+class Int8WeightOnlyLinear(PackedLinear):
+    """int8 weights with one scale per output row, activations in half precision:
+    y = (x @ w_q^T) * scale by ``torch._weight_int8pack_mm``. Half the bytes of bf16 weights, for
+    devices whose memory bandwidth sets the speed; not batch-invariant by itself (a GPU's verifier
+    gets its invariance from padding, :mod:`specdec.qwen2`)."""
+
+    kind = "int8 weight-only"
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, bias, dtype: torch.dtype = torch.bfloat16):
+        super().__init__(qweight.shape[1], qweight.shape[0], bias)
+        self.qweight, self.dtype = qweight.contiguous(), dtype
+        self.scales = scales.to(dtype).contiguous()                                  # (out,)
+
+    @classmethod
+    def from_weight(cls, weight, bias, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bfloat16):
+        q, s = quantize_rows(weight)
+        return cls(q.to(device), s.to(device), bias, dtype)
+
+    def state(self):
+        return {"qweight": self.qweight, "scales": self.scales.float()}
+
+    @classmethod
+    def from_state(cls, state, bias):
+        return cls(state["qweight"], state["scales"], bias)
+
+    def _matmul(self, x):
+        y = torch._weight_int8pack_mm(x.to(self.dtype), self.qweight, self.scales).float()
         return y if self.bias is None else y + self.bias

@@ -73,16 +73,29 @@ def draft_head_rows(tokenizer, n: int) -> torch.Tensor | None:
     return torch.tensor(sorted(set(range(n)) | set(special)))
 
 
+GPU_PAD_ROWS = 16  # a GPU verifier's forwards are padded to this many rows: exact for K <= 15, trees of <= 15 nodes
+
+
+def lean_options(device: torch.device, role: str) -> dict:
+    """How the lean forward runs on ``device`` (see :mod:`specdec.qwen2`): the CPU's dynamic cache
+    and batch-invariant kernels; on a GPU a static cache, the verifier padded to ``GPU_PAD_ROWS``
+    rows, and CUDA graphs on CUDA."""
+    from .graphs import available
+    if device.type == "cpu":
+        return {}
+    return {"static": True, "pad_rows": GPU_PAD_ROWS if role == "target" else 0, "graphs": available(device)}
+
+
 def _load_lean(directory: Path, config, precision: Precision, name: str, role: str, progress: Progress | None,
-               draft_vocab: int = 0):
+               draft_vocab: int = 0, device: torch.device = torch.device("cpu")):
     from transformers import AutoTokenizer, GenerationConfig
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
     if progress:
-        progress(0.7, f"{name}: building {precision.name} layers")
-    make = partial(precision.linear, batch_invariant=role == "target")
+        progress(0.7, f"{name}: building {precision.name} layers on {device.type}")
+    make = partial(precision.linear, batch_invariant=role == "target", device=device)
     rows = draft_head_rows(tokenizer, draft_vocab) if role == "draft" else None
     model = qwen2.LeanQwen2(config, SafetensorsReader(directory / "model.safetensors"), make, precision.dense_dtype,
-                            rows)
+                            rows, device=device, **lean_options(device, role))
     try:
         model.generation_config = GenerationConfig.from_pretrained(str(directory))
     except OSError:
@@ -102,17 +115,17 @@ def load_model(name: str, device: torch.device, precision: Precision, role: str,
                draft_vocab: int = 0):
     """Load (model, tokenizer) from an embedded name, a local directory or GGUF file, or a hub id.
 
-    On a CPU a Qwen2 model runs on the lean forward of :mod:`specdec.qwen2`, any other on
-    transformers' with its Linear layers swapped for the chosen representation; on a GPU it is
-    transformers' model in the device's half precision.
+    A Qwen2 model runs on the lean forward of :mod:`specdec.qwen2` on every device; any other
+    on transformers', with its Linear layers swapped for the chosen representation on a CPU and
+    in the chosen precision on a GPU.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     on_cpu = device.type == "cpu"
     if name in EMBEDDED:
         directory = convert_embedded(EMBEDDED[name], progress)
         config = AutoConfig.from_pretrained(str(directory))
-        if on_cpu and qwen2.supports(config):
-            return _load_lean(directory, config, precision, name, role, progress, draft_vocab)
+        if qwen2.supports(config):
+            return _load_lean(directory, config, precision, name, role, progress, draft_vocab, device)
         name = str(directory)
     path = Path(name).expanduser()
     kwargs: dict = {"dtype": torch.float32 if on_cpu else precision.dense_dtype, "trust_remote_code": False}
@@ -135,6 +148,9 @@ def load_model(name: str, device: torch.device, precision: Precision, role: str,
             f"{role}: cannot load {name!r}: not an embedded model, a local directory or .gguf file, or a model "
             f"reachable on the Hugging Face hub ({str(e).splitlines()[0][:160]}). Embedded models work offline: "
             f"{', '.join(EMBEDDED)}") from None
+    if not on_cpu and precision.name == "int8":
+        raise ModelLoadError(f"{role}: int8 weight-only on {device.type} needs the lean Qwen2 forward, which {name!r} "
+                             "does not take; use --precision auto, bfloat16 or float16")
     model.to(device).eval()
     if on_cpu:
         _pack_linears(model, precision, batch_invariant=role == "target")

@@ -12,7 +12,9 @@ and caches the result per CPU model, flags and torch version:
   invariance): one layer's four matmuls times its layer count, plus its output layer, which is a
   quarter of its weights.
 
-GPUs take their native half precision. The choice and the reason are one line each
+GPUs take their native half precision (bf16 on CUDA where the GPU has it, else fp16; fp16 on
+MPS); float32, the other half precision and int8 weight-only (where the torch build has a
+kernel for the device) can be asked for. The choice and the reason are one line each
 (``Precision.reason``), shown by the CLI, the app and the benchmarks.
 """
 from __future__ import annotations
@@ -27,7 +29,8 @@ from pathlib import Path
 import torch
 
 from .config import ConfigError, DecodeConfig
-from .kernels import DenseLinear, Fp16Linear, Int4Linear, Int8DnnLinear, Int8Linear, PackedLinear, has_vnni
+from .kernels import (DenseLinear, Fp16Linear, Int4Linear, Int8DnnLinear, Int8Linear, Int8WeightOnlyLinear, PackedLinear,
+                      has_vnni, weight_only_int8_on)
 
 PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8", "int4")
 CALIBRATION_SHAPE = (8960, 1536)  # (out, in) of the verifier's MLP up-projection
@@ -58,10 +61,19 @@ class Precision:
         """dtype of the parts that stay dense (embeddings) and of the model on a GPU."""
         return {"float32": torch.float32, "float16": torch.float16}.get(self.name, torch.bfloat16)
 
-    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None, batch_invariant: bool = True) -> PackedLinear:
-        """The CPU layer for a float weight (out, in) in this representation. ``batch_invariant``
-        matters for int8 only: the verifier needs it (see :class:`Int8Linear`), the draft does not."""
+    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None, batch_invariant: bool = True,
+               device: torch.device = torch.device("cpu")) -> PackedLinear:
+        """The layer for a float weight (out, in) in this representation, on ``device``.
+        ``batch_invariant`` matters for the CPU's int8 only: the verifier needs it (see
+        :class:`Int8Linear`), the draft does not. On a GPU the dense ones are plain device
+        tensors, and int8 is weight-only (:class:`Int8WeightOnlyLinear`)."""
         weight = weight.float()
+        if device.type != "cpu":
+            bias = None if bias is None else bias.float().to(device)
+            if self.name == "int8":  # activations in the device's half precision
+                half = torch.bfloat16 if device.type == "cuda" else torch.float16
+                return Int8WeightOnlyLinear.from_weight(weight, bias, device=device, dtype=half)
+            return DenseLinear.from_weight(weight, bias, self.dense_dtype, device=device)
         if self.name == "float32":
             return DenseLinear.from_weight(weight, bias, torch.float32, self.transposed)
         if self.name == "bfloat16":
@@ -252,14 +264,32 @@ def _check_name(device: torch.device, requested: str | None, field: str) -> str:
     return requested
 
 
+def native_half(device: torch.device) -> tuple[str, str]:
+    """The GPU's half precision and why: bf16 where CUDA has it natively (compute capability 8.0
+    and up: Ampere, Hopper...), else fp16 (older CUDA GPUs, and MPS, where fp16 is the fast path)."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if torch.cuda.is_bf16_supported():
+            return "bfloat16", f"native bf16 on {torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+        return "float16", f"no native bf16 on {torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+    return "float16", f"{device.type}'s native half precision"
+
+
+def gpu_candidates(device: torch.device) -> list[str]:
+    """Representations with a kernel on this GPU: the dense ones always, int8 weight-only where
+    this torch build has ``_weight_int8pack_mm`` for the device (a capability check)."""
+    return ["float32", "bfloat16", "float16"] + (["int8"] if weight_only_int8_on(device) else [])
+
+
 def _gpu(device: torch.device, requested: str, field: str) -> Precision:
-    native = "bfloat16" if device.type == "cuda" else "float16"
-    if requested not in ("auto", "float32", "bfloat16", "float16"):
-        raise ConfigError(f"{field} {requested!r} is CPU-only; on {device.type} use auto, float32, "
-                          "bfloat16 or float16", field)
-    name = native if requested == "auto" else requested
-    return Precision(name, f"{name}: {'native half precision of' if requested == 'auto' else 'requested on'} "
-                           f"{device.type}")
+    available = gpu_candidates(device)
+    if requested != "auto" and requested not in available:
+        raise ConfigError(f"{field} {requested!r} has no kernel on {device.type} in this torch build; "
+                          f"use auto or one of {', '.join(available)}", field)
+    if requested != "auto":
+        return Precision(requested, f"{requested}: requested on {device.type}")
+    name, why = native_half(device)
+    return Precision(name, f"{name}: {why}; weights, KV cache and sampling on the device")
 
 
 def choose(device: torch.device, requested: str | None = "auto", k: int = DecodeConfig.k) -> Precision:

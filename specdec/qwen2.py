@@ -33,6 +33,19 @@ The KV cache keeps one tensor per layer with room to spare; rolling back is sett
 (``crop``), so the engine's one cache invariant holds exactly as with ``DynamicCache``. After a
 tree round, ``compact`` moves the accepted path's entries into place first.
 
+**One forward for every device.** The same module runs on CUDA and Apple MPS, its weights,
+cache, RoPE table and attention on the device (:mod:`specdec.devices`). MPS lacks parts of
+complex-number support, so there RoPE rotates each pair as two real halves (``complex_rope``
+False: the same products, no complex dtype). On a GPU the cache is **static** (``static``):
+zero-filled, of a fixed capacity, every forward writes its rows at their slots and attends with
+one masked call over the whole capacity, so a forward of T rows has one shape whatever the
+context length, which is what lets :mod:`specdec.graphs` capture it as a CUDA graph. A GPU's
+GEMMs are not batch-invariant (another row count can pick another kernel and sum in another
+order), so the verifier's forwards are **padded** to one row count (``pad_rows``): verifier-only
+decoding and a K+1-row verification then run the very same kernels, and each row's numbers
+depend on that row alone. The CPU keeps the dynamic cache and exact row-by-row attention above;
+the static path runs on the CPU too (``tests/test_devices.py`` checks it there in float32).
+
 Shapes: T new tokens, L cached tokens, H query heads, G key/value heads, D head size,
 E hidden size, I intermediate size, V vocabulary rows.
 """
@@ -97,23 +110,38 @@ class TreeAttention:
 
 
 class KVCache:
-    """Per layer one (G, capacity, D) key and value tensor; ``length`` tokens of it are valid."""
+    """Per layer one (G, capacity, D) key and value tensor; ``length`` tokens of it are valid.
 
-    def __init__(self, shape: Qwen2Shape, dtype: torch.dtype, capacity: int = 512):
-        self.shape, self.dtype, self.length = shape, dtype, 0
-        self.k = [torch.empty(shape.kv_heads, capacity, shape.head_dim, dtype=dtype) for _ in range(shape.layers)]
-        self.v = [torch.empty_like(t) for t in self.k]
+    ``static``: zero-filled (a masked-out entry must be a number: 0 x NaN would be NaN) and read
+    whole by every forward; it grows only between forwards, and then its captured graphs
+    (``graphs``, keyed by row count) are dropped, since they point at the old tensors."""
+
+    def __init__(self, shape: Qwen2Shape, dtype: torch.dtype, capacity: int = 512,
+                 device: torch.device | str = "cpu", static: bool = False):
+        self.shape, self.dtype, self.length, self.static = shape, dtype, 0, static
+        self.device = torch.device(device)
+        new = torch.zeros if static else torch.empty
+        self.k = [new(shape.kv_heads, capacity, shape.head_dim, dtype=dtype, device=self.device)
+                  for _ in range(shape.layers)]
+        self.v = [new(t.shape, dtype=dtype, device=self.device) for t in self.k]
+        self.graphs: dict = {}
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[1]
 
     def reserve(self, n: int) -> None:
-        cap = self.k[0].shape[1]
+        cap = self.capacity
         if n <= cap:
             return
         new = max(n, 2 * cap)  # doubling: amortised O(1) per token
+        alloc = torch.zeros if self.static else torch.empty
         for kv in (self.k, self.v):
             for i, t in enumerate(kv):
-                grown = torch.empty(t.shape[0], new, t.shape[2], dtype=t.dtype)
+                grown = alloc(t.shape[0], new, t.shape[2], dtype=t.dtype, device=t.device)
                 grown[:, : self.length] = t[:, : self.length]
                 kv[i] = grown
+        self.graphs.clear()
 
     def get_seq_length(self) -> int:
         return self.length
@@ -131,6 +159,7 @@ class KVCache:
         n = start + len(sources)
         if len(sources) and not (int(sources[0]) >= start and int(sources[-1]) < self.length):
             raise ValueError(f"cannot keep entries {sources.tolist()} of a cache of {self.length} from {start}")
+        sources = sources.to(self.device)
         for kv in (self.k, self.v):
             for t in kv:
                 t[:, start:n] = t[:, sources]  # advanced indexing copies first, so overlaps are safe
@@ -138,13 +167,14 @@ class KVCache:
 
 
 class Qwen2Layer(torch.nn.Module):
-    def __init__(self, shape: Qwen2Shape, w: dict[str, torch.Tensor], make: MakeLinear, prefix: str):
+    def __init__(self, shape: Qwen2Shape, w: dict[str, torch.Tensor], make: MakeLinear, prefix: str,
+                 device: torch.device = torch.device("cpu")):
         super().__init__()
         self.shape = shape
         H, G = shape.heads, shape.kv_heads
         a, m = f"{prefix}self_attn.", f"{prefix}mlp."
-        self.attn_norm = w[f"{prefix}input_layernorm.weight"].float()
-        self.mlp_norm = w[f"{prefix}post_attention_layernorm.weight"].float()
+        self.attn_norm = w[f"{prefix}input_layernorm.weight"].float().to(device)
+        self.mlp_norm = w[f"{prefix}post_attention_layernorm.weight"].float().to(device)
         pairs = {"q": H, "k": G}  # heads whose rows are reordered for the complex RoPE
         self.qkv = make(torch.cat([_pairwise(w[f"{a}{n}_proj.weight"], pairs.get(n)) for n in "qkv"]),
                         torch.cat([_pairwise(w[f"{a}{n}_proj.bias"], pairs.get(n)) for n in "qkv"]))  # (H*D+2*G*D, E)
@@ -154,12 +184,18 @@ class Qwen2Layer(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, rot: torch.Tensor, cache: KVCache, i: int,
                 mask: torch.Tensor | None, rows: tuple[torch.Tensor, ...] | None = None,
-                fused: bool = False) -> torch.Tensor:
+                fused: bool = False, slots: torch.Tensor | None = None) -> torch.Tensor:
         s, (T, _), L = self.shape, x.shape, cache.length
         H, G, D = s.heads, s.kv_heads, s.head_dim
         qkv = self.qkv(F.rms_norm(x, (s.hidden,), self.attn_norm, s.eps))    # (T, H*D + 2*G*D)
         qk = _rope(qkv[:, : (H + G) * D], rot, H + G)                        # (T, H+G, D): q and k in one multiply
         q = qk[:, :H].transpose(0, 1)                                        # (H, T, D)
+        if slots is not None:  # static: rows written at their slots, one masked call over the whole capacity
+            cache.k[i].index_copy_(1, slots, qk[:, H:].transpose(0, 1))
+            cache.v[i].index_copy_(1, slots, qkv[:, (H + G) * D:].view(T, G, D).transpose(0, 1))
+            att = F.scaled_dot_product_attention(q[None], cache.k[i][None], cache.v[i][None], attn_mask=mask,
+                                                 enable_gqa=True)                       # (1, H, T, D)
+            return self._rest(x, att)
         cache.k[i][:, L:L + T] = qk[:, H:].transpose(0, 1)
         cache.v[i][:, L:L + T] = qkv[:, (H + G) * D:].view(T, G, D).transpose(0, 1)
         keys, values = cache.k[i][:, : L + T], cache.v[i][:, : L + T]      # (G, L+T, D)
@@ -173,7 +209,12 @@ class Qwen2Layer(torch.nn.Module):
             att = torch.cat([F.scaled_dot_product_attention(q[None, :, t:t + 1], keys[None, :, : L + t + 1],
                                                             values[None, :, : L + t + 1], enable_gqa=True)
                              for t in range(T)], dim=2)                                 # (1, H, T, D)
-        x = x + self.o(att[0].transpose(0, 1).reshape(T, H * D))
+        return self._rest(x, att)
+
+    def _rest(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        """The output projection and the MLP, each with its residual: (T, E)."""
+        s, T = self.shape, x.shape[0]
+        x = x + self.o(att[0].transpose(0, 1).reshape(T, s.heads * s.head_dim))
         gate, up = self.gate_up(F.rms_norm(x, (s.hidden,), self.mlp_norm, s.eps)).chunk(2, -1)  # (T, I) each
         return x + self.down(F.silu(gate) * up)
 
@@ -194,42 +235,64 @@ def _pairwise(w: torch.Tensor, heads: int | None) -> torch.Tensor:
 
 
 def _rope(x: torch.Tensor, rot: torch.Tensor, heads: int) -> torch.Tensor:
-    """(T, heads*D) with pairs side by side, rotated by e^{i * angle}: (T, heads, D)."""
+    """(T, heads*D) with pairs side by side, rotated by e^{i * angle}: (T, heads, D). ``rot`` is
+    (T, D/2) complex, or (T, D/2, 2) real (cos, sin) where the device lacks complex numbers: the
+    same four products and two sums, (a cos - b sin, a sin + b cos)."""
     T = x.shape[0]
-    pairs = torch.view_as_complex(x.reshape(T, heads, -1, 2))                 # (T, heads, D/2)
-    return torch.view_as_real(pairs * rot[:, None]).reshape(T, heads, -1)
+    if rot.is_complex():
+        pairs = torch.view_as_complex(x.reshape(T, heads, -1, 2))             # (T, heads, D/2)
+        return torch.view_as_real(pairs * rot[:, None]).reshape(T, heads, -1)
+    a, b = x.reshape(T, heads, -1, 2).unbind(-1)                              # (T, heads, D/2) each
+    cos, sin = rot[:, None, :, 0], rot[:, None, :, 1]                         # (T, 1, D/2) each
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).reshape(T, heads, -1)
 
 
 class LeanQwen2(torch.nn.Module):
-    """Logits of the last ``keep`` of T new tokens, given a :class:`KVCache` of the earlier ones."""
+    """Logits of the last ``keep`` of T new tokens, given a :class:`KVCache` of the earlier ones.
+
+    ``device``: where weights, cache and compute live (``make`` builds each linear there).
+    ``static``: static caches and one masked attention call (a GPU's way; see the module
+    docstring); ``pad_rows``: every forward of fewer rows is padded to this many (the verifier on
+    a GPU, for batch invariance; 0: none); ``graphs``: replay each forward of up to
+    ``GRAPH_ROWS`` rows as a CUDA graph captured per row count (:mod:`specdec.graphs`).
+    """
 
     def __init__(self, config, weights: dict[str, torch.Tensor], make: MakeLinear,
-                 embed_dtype: torch.dtype = torch.float32, head_rows: torch.Tensor | None = None):
+                 embed_dtype: torch.dtype = torch.float32, head_rows: torch.Tensor | None = None,
+                 device: torch.device | str = "cpu", static: bool = False, pad_rows: int = 0,
+                 graphs: bool = False, complex_rope: bool | None = None):
         super().__init__()
         self.config, self.shape = config, Qwen2Shape.from_config(config)
         s = self.shape
-        self.embed = weights["model.embed_tokens.weight"].to(embed_dtype)                # (V, E)
+        self.device = torch.device(device)
+        self.static, self.pad_rows, self.graphs = static, pad_rows, graphs
+        # MPS has no complex multiply: there RoPE takes (cos, sin) as two real halves
+        self.complex_rope = self.device.type != "mps" if complex_rope is None else complex_rope
+        self.embed = weights["model.embed_tokens.weight"].to(self.device, embed_dtype)   # (V, E)
         self.layers = torch.nn.ModuleList(
-            Qwen2Layer(s, weights, make, f"model.layers.{i}.") for i in range(s.layers))
-        self.norm = weights["model.norm.weight"].float()
+            Qwen2Layer(s, weights, make, f"model.layers.{i}.", self.device) for i in range(s.layers))
+        self.norm = weights["model.norm.weight"].float().to(self.device)
         head = weights["lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"]  # tied
         self.rows = head.shape[0]
         # A draft may score only some tokens (``head_rows``, sorted ids): the others get logit -inf,
         # so q(x) = 0 there and the draft never proposes them. q is still exactly the distribution
         # it samples from, so the rule stays lossless; only acceptance can change.
-        self.head_rows = head_rows
+        self.head_rows = None if head_rows is None else head_rows.to(self.device)
         self.head = make(head if head_rows is None else head[head_rows], None)
         self.inv_freq = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim)
-        self._rope_table(1024)
+        # a captured graph reads the table where it was: a static model's never regrows
+        self._rope_table(getattr(config, "max_position_embeddings", 1024) if static else 1024)
 
     def _rope_table(self, n: int) -> None:
         """e^{i * angle} for positions 0..n-1, recomputed whole when it must grow (doubling), so a
-        position's angle never depends on which forward asked for it."""
+        position's angle never depends on which forward asked for it. Computed on the CPU and
+        moved, so that every device rotates by the very same numbers."""
         freqs = torch.outer(torch.arange(n, dtype=torch.float32), self.inv_freq)     # (n, D/2)
-        self.rot = torch.polar(torch.ones_like(freqs), freqs)                         # (n, D/2) complex
+        rot = torch.polar(torch.ones_like(freqs), freqs)                              # (n, D/2) complex
+        self.rot = (rot if self.complex_rope else torch.view_as_real(rot)).to(self.device)  # or (n, D/2, 2)
 
-    def new_cache(self) -> KVCache:
-        return KVCache(self.shape, torch.float32)
+    def new_cache(self, capacity: int = 512) -> KVCache:
+        return KVCache(self.shape, torch.float32, capacity, self.device, self.static)
 
     def num_parameters(self) -> int:
         s = self.shape
@@ -243,27 +306,80 @@ class LeanQwen2(torch.nn.Module):
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: KVCache, keep: int, tree: TreeAttention | None = None
                 ) -> torch.Tensor:
+        if cache.static:
+            return self._static_forward(ids, cache, keep, tree)
         T, L = ids.shape[0], cache.length
         cache.reserve(L + T)
         top = L + T if tree is None else int(tree.positions.max()) + 1
         if top > self.rot.shape[0]:
             self._rope_table(max(top, 2 * self.rot.shape[0]))
         rows = None
+        ids = ids.to(self.device, non_blocking=True)
         if tree is None:
             rot = self.rot[L:L + T]                                                      # (T, D/2)
             # Causal within the new tokens; all cached tokens are visible. One new token needs no mask.
-            mask = None if T == 1 else torch.ones(T, L + T, dtype=torch.bool).tril(L)   # (T, L+T)
+            mask = None if T == 1 else torch.ones(T, L + T, dtype=torch.bool, device=self.device).tril(L)  # (T, L+T)
         else:
-            rot = self.rot[tree.positions]                                               # (T, D/2)
-            mask = None if tree.exact else tree.mask(L + T)                              # (T, L+T)
+            rot = self.rot[tree.positions.to(self.device)]                               # (T, D/2)
+            mask = None if tree.exact else tree.mask(L + T).to(self.device)              # (T, L+T)
             rows = tree.keys if tree.exact else None
         x = self.embed[ids].float()                                                      # (T, E)
         for i, layer in enumerate(self.layers):
             x = layer(x, rot, cache, i, mask, rows, fused=tree is not None)
         cache.length = L + T
-        x = F.rms_norm(x[-keep:], (self.shape.hidden,), self.norm, self.shape.eps)
+        return self._head(x[-keep:])
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        """The final norm and the output layer: (rows, E) -> (rows, V) logits."""
+        x = F.rms_norm(x, (self.shape.hidden,), self.norm, self.shape.eps)
         if self.head_rows is None:
-            return self.head(x)                                                          # (keep, V)
-        logits = x.new_full((keep, self.rows), float("-inf"))                            # (keep, V)
+            return self.head(x)                                                          # (rows, V)
+        logits = x.new_full((x.shape[0], self.rows), float("-inf"))                      # (rows, V)
         logits[:, self.head_rows] = self.head(x)
         return logits
+
+    def _static_forward(self, ids: torch.Tensor, cache: KVCache, keep: int, tree: TreeAttention | None
+                        ) -> torch.Tensor:
+        """T rows at slots L..L+T-1 of a static cache, padded to ``pad_rows`` (token 0 at the next
+        slots, each pad row seeing the context and itself: its entries lie beyond the new length,
+        so nothing ever reads them)."""
+        from .graphs import GRAPH_ROWS, Graphed
+        T, L = ids.shape[0], cache.length
+        R = max(T, self.pad_rows)                                                        # rows computed
+        cache.reserve(L + R)
+        C, dev = cache.capacity, self.device
+        if L + R > self.rot.shape[0]:
+            raise ValueError(f"position {L + R} is beyond the model's context of {self.rot.shape[0]} tokens")
+        slots = torch.arange(L, L + R, device=dev)                                       # (R,)
+        padded = torch.zeros(R, dtype=torch.long)
+        padded[:T] = ids
+        if tree is None:
+            pos = slots                                                                  # (R,)
+            mask = torch.arange(C, device=dev)[None] <= slots[:, None]                   # (R, C) causal
+        else:
+            pos = torch.cat([tree.positions, torch.arange(L + T, L + R)]).to(dev, non_blocking=True)
+            grid = torch.zeros(R, C, dtype=torch.bool)
+            grid[:T, : L + T] = tree.mask(L + T)
+            grid[torch.arange(T, R), torch.arange(L + T, L + R)] = True
+            mask = grid.to(dev, non_blocking=True)                                       # (R, C)
+        padded = padded.to(dev, non_blocking=True)
+        if self.graphs and R <= GRAPH_ROWS:
+            step = cache.graphs.get(R)
+            if step is None:
+                step = cache.graphs[R] = Graphed(lambda *a: self._rows(*a, cache=cache, head_from=0),
+                                                 (padded, pos, slots, mask))
+            logits = step(padded, pos, slots, mask)[T - keep:T].clone()  # the graph's output is reused
+        else:
+            logits = self._rows(padded, pos, slots, mask, cache=cache, head_from=T - keep)[: keep]
+        cache.length = L + T
+        return logits
+
+    def _rows(self, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor, *,
+              cache: KVCache, head_from: int) -> torch.Tensor:
+        """The static forward proper, tensors in and out (what a CUDA graph captures): ids, pos,
+        slots (R,), mask (R, C) -> logits of rows head_from.. (R - head_from, V)."""
+        x = self.embed[ids].float()                                                      # (R, E)
+        rot = self.rot[pos]                                                              # (R, D/2)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, rot, cache, i, mask, slots=slots)
+        return self._head(x[head_from:])

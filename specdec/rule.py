@@ -37,10 +37,14 @@ class Verdict:
     n_accepted: torch.Tensor  # (B,)    length of the leading run of kept tokens, 0..K
     next_dist: torch.Tensor   # (B, V)  residual norm(max(0, p - q)) at the rejection, or p for the bonus
     next_token: torch.Tensor  # (B,)    sampled from next_dist (argmax when greedy)
+    contract: torch.Tensor    # ()      bool: q(x) > 0 at every drafted token (the drafter kept its contract)
 
 
 def verify(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
-           generator: torch.Generator, greedy: bool = False) -> Verdict:
+           generator: torch.Generator, greedy: bool = False, check: bool = True) -> Verdict:
+    """Every tensor on the inputs' device, the draws from ``generator`` there. ``check=False`` leaves
+    the drafter's contract to the caller: it reads ``contract`` with its other numbers (one host read
+    per verification) and calls :func:`check_contract` when it is False."""
     B, K = draft_tokens.shape
     V = target_probs.shape[-1]
     # Explicit checks, not asserts: they must hold under ``python -O`` too.
@@ -52,23 +56,20 @@ def verify(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: 
     idx = draft_tokens.unsqueeze(-1)                                  # (B, K, 1)
     q_x = draft_probs.gather(-1, idx).squeeze(-1)                     # (B, K)
     p_x = target_probs[:, :K].gather(-1, idx).squeeze(-1)             # (B, K)
-    # q(x) > 0 is the drafter's contract: it returns exactly the distribution it sampled from.
-    # Broken, p(x) / 0 = inf would accept the token always and the output would no longer be p.
-    if not bool((q_x > 0).all()):
-        b, i = (q_x <= 0).nonzero()[0].tolist()
-        raise DrafterContractError(f"drafted token {int(draft_tokens[b, i])} at position {i} has q(x) = "
-                                   f"{float(q_x[b, i])}: the drafter did not sample from the q it returned")
+    contract = (q_x > 0).all()                                        # ()
+    if check and not bool(contract):
+        check_contract(draft_tokens, draft_probs)
     ratios = p_x / q_x                                                # (B, K)
 
     # u in (0, 1] rather than [0, 1): then u <= ratio accepts with probability exactly min(1, ratio),
     # including ratio == 0 (never) and ratio == 1 (always), which makes temperature 0 exact.
-    uniforms = 1.0 - torch.rand((B, K), generator=generator)          # (B, K)
+    uniforms = 1.0 - torch.rand((B, K), generator=generator, device=ratios.device)  # (B, K)
     kept = (uniforms <= ratios).long()                                # (B, K)
     n_accepted = kept.cumprod(-1).sum(-1)                             # (B,)
 
     # Padding q with a zero row at position K turns "bonus from p" into the same residual formula.
     q_pad = torch.cat([draft_probs, draft_probs.new_zeros(B, 1, V)], dim=1)  # (B, K+1, V)
-    rows = torch.arange(B)
+    rows = torch.arange(B, device=target_probs.device)
     p_next = target_probs[rows, n_accepted]                           # (B, V)
     residual = (p_next - q_pad[rows, n_accepted]).clamp_min(0)        # (B, V)
     mass = residual.sum(-1, keepdim=True)                             # (B, 1)
@@ -78,7 +79,18 @@ def verify(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: 
         next_token = next_dist.argmax(-1)
     else:
         next_token = draw(next_dist, generator)
-    return Verdict(ratios, uniforms, n_accepted, next_dist, next_token)
+    return Verdict(ratios, uniforms, n_accepted, next_dist, next_token, contract)
+
+
+def check_contract(draft_tokens: torch.Tensor, draft_probs: torch.Tensor) -> None:
+    """(B, K) tokens, (B, K, V) q: DrafterContractError unless q(x) > 0 at every drafted token. It is
+    the drafter's contract (it returns exactly the distribution it sampled from); broken, p(x) / 0 = inf
+    would accept the token always and the output would no longer be p."""
+    q_x = draft_probs.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)  # (B, K)
+    if not bool((q_x > 0).all()):
+        b, i = (q_x <= 0).nonzero()[0].tolist()
+        raise DrafterContractError(f"drafted token {int(draft_tokens[b, i])} at position {i} has q(x) = "
+                                   f"{float(q_x[b, i])}: the drafter did not sample from the q it returned")
 
 
 @dataclass(frozen=True)
@@ -115,9 +127,8 @@ def _residual(r: torch.Tensor, q_i: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, res / mass.clamp_min(1e-30), r)
 
 
-def _children(parents: list[int] | tuple[int, ...]) -> tuple[torch.Tensor, int]:
-    """The (N+1, W) children table, -1 padded, each node's children in increasing index order (the order
-    the drafter drew them in), and the depth D."""
+def _children(parents: list[int] | tuple[int, ...]) -> tuple[list[list[int]], int]:
+    """Each node's children in increasing index order (the order the drafter drew them in), and the depth D."""
     if len(parents) == 0 or parents[0] != -1:
         raise ValueError(f"parents[0] must be -1 (node 0 is the root), got {list(parents[:1])}")
     kids: list[list[int]] = [[] for _ in parents]
@@ -128,27 +139,28 @@ def _children(parents: list[int] | tuple[int, ...]) -> tuple[torch.Tensor, int]:
             raise ValueError(f"parents[{i}] = {j}: a node's parent must come before it, 0 <= parents[i] < i")
         kids[j].append(i)
         depth.append(depth[j] + 1)
-    W = max(len(k) for k in kids)
-    table = torch.tensor([k + [-1] * (W - len(k)) for k in kids], dtype=torch.long)
-    return table.reshape(len(parents), W), max(depth)                 # (N+1, W)
+    return kids, max(depth)
 
 
-def _check_drafter(children: torch.Tensor, tokens: torch.Tensor, draft_probs: torch.Tensor) -> None:
+def _check_drafter(kids: list[list[int]], tokens: torch.Tensor, draft_probs: torch.Tensor) -> None:
     # q_i(x_i) > 0 iff q(x_i) > 0 under the parent's row and x_i is no earlier sibling's token (sampling
     # without replacement never repeats one). Checked for every node, tested or not, so that a broken
     # drafter is refused whatever the draws; broken, r(x) / 0 = inf would accept the token always.
-    for j in range(children.shape[0]):
-        seen = torch.zeros(tokens.shape[0], draft_probs.shape[-1], dtype=torch.bool)  # (B, V)
-        for i in children[j][children[j] >= 0].tolist():
+    bad = torch.zeros_like(tokens, dtype=torch.bool)                  # (B, N+1)
+    for j, siblings in enumerate(kids):
+        seen = torch.zeros(tokens.shape[0], draft_probs.shape[-1], dtype=torch.bool, device=tokens.device)  # (B, V)
+        for i in siblings:
             x = tokens[:, i:i + 1]                                    # (B, 1)
             q_x = draft_probs[:, j].gather(-1, x).squeeze(-1)         # (B,)
-            bad = (q_x <= 0) | seen.gather(-1, x).squeeze(-1)         # (B,)
-            if bool(bad.any()):
-                b = int(bad.nonzero()[0])
-                raise DrafterContractError(
-                    f"node {i} drafted token {int(x[b])} (trial {b}) with q_i(x) = 0 under node {j}'s q with its "
-                    "earlier siblings removed: a duplicate sibling, or not sampled from the q the drafter returned")
+            bad[:, i] = (q_x <= 0) | seen.gather(-1, x).squeeze(-1)
             seen.scatter_(-1, x, True)
+    if not bool(bad.any()):  # one host read for the whole tree
+        return
+    j, i = next((j, i) for j, siblings in enumerate(kids) for i in siblings if bool(bad[:, i].any()))
+    b = int(bad[:, i].nonzero()[0])
+    raise DrafterContractError(
+        f"node {i} drafted token {int(tokens[b, i])} (trial {b}) with q_i(x) = 0 under node {j}'s q with its "
+        "earlier siblings removed: a duplicate sibling, or not sampled from the q the drafter returned")
 
 
 def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draft_probs: torch.Tensor,
@@ -180,28 +192,33 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
         raise ValueError(f"p must be (B, N+1, V) = {(B, N1, V)}, got {tuple(target_probs.shape)}")
     if tuple(draft_probs.shape) != (B, N1, V):
         raise ValueError(f"q must be (B, N+1, V) = {(B, N1, V)}, got {tuple(draft_probs.shape)}")
-    children, D = _children(parents)                                  # (N+1, W)
+    kids_of, D = _children(parents)
     if not greedy:
-        _check_drafter(children, tokens, draft_probs)
+        _check_drafter(kids_of, tokens, draft_probs)
 
-    p, q = target_probs, draft_probs
-    rows = torch.arange(B)
-    cur = torch.zeros(B, dtype=torch.long)                            # (B,)
-    walking = torch.ones(B, dtype=torch.bool)                         # (B,)
+    p, q, dev = target_probs, draft_probs, target_probs.device
+    W = max(len(k) for k in kids_of)
+    children = torch.tensor([k + [-1] * (W - len(k)) for k in kids_of], dtype=torch.long)
+    children = children.reshape(N1, W).to(dev, non_blocking=True)     # (N+1, W) -1 padded
+    rows = torch.arange(B, device=dev)
+    cur = torch.zeros(B, dtype=torch.long, device=dev)                # (B,)
+    walking = torch.ones(B, dtype=torch.bool, device=dev)             # (B,)
     r = p[:, 0].clone()                                               # (B, V)
-    tested = torch.zeros(B, N1, dtype=torch.bool)                     # (B, N+1)
-    accepted = torch.zeros(B, N1, dtype=torch.bool)                   # (B, N+1)
-    ratios = torch.full((B, N1), float("nan"), dtype=p.dtype)         # (B, N+1)
-    uniforms = torch.full((B, N1), float("nan"))                      # (B, N+1)
-    path = torch.full((B, D), -1, dtype=torch.long)                   # (B, D)
+    tested = torch.zeros(B, N1, dtype=torch.bool, device=dev)         # (B, N+1)
+    accepted = torch.zeros(B, N1, dtype=torch.bool, device=dev)       # (B, N+1)
+    ratios = torch.full((B, N1), float("nan"), dtype=p.dtype, device=dev)  # (B, N+1)
+    uniforms = torch.full((B, N1), float("nan"), device=dev)          # (B, N+1)
+    path = torch.full((B, D), -1, dtype=torch.long, device=dev)       # (B, D)
     residuals = p.new_zeros(B, N1, V) if keep_residuals else None     # (B, N+1, V)
     # One pass per depth, one (B,)-wide step per sibling slot: Python loops over D * W, never over trials.
+    # Selecting the trials that test a slot (``nonzero``) is a device sync off the CPU, one per slot and
+    # depth; it keeps exactly one draw per test, so a seed's stream on the CPU is what it always was.
     for d in range(D + 1):
         kids = children[cur]                                          # (B, W)
-        removed = torch.zeros(B, V, dtype=torch.bool)                 # (B, V) tokens of rejected siblings
-        stepped = torch.zeros(B, dtype=torch.bool)                    # (B,)
+        removed = torch.zeros(B, V, dtype=torch.bool, device=dev)     # (B, V) tokens of rejected siblings
+        stepped = torch.zeros(B, dtype=torch.bool, device=dev)        # (B,)
         best = p[rows, cur].argmax(-1)                                # (B,) greedy's choice
-        for w in range(children.shape[1]):
+        for w in range(W):
             b = (walking & ~stepped & (kids[:, w] >= 0)).nonzero().squeeze(-1)  # (L,) trials testing slot w
             if len(b) == 0:
                 break  # children are left-aligned: no trial has a child in a later slot either
@@ -215,7 +232,7 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
                 q_i = _without(q[b, cur[b]], removed[b])              # (L, V)
                 ratio = (r[b].gather(-1, x[:, None]) / q_i.gather(-1, x[:, None])).squeeze(-1)  # (L,)
                 # u in (0, 1], as in ``verify``: u <= ratio accepts with probability exactly min(1, ratio).
-                u = 1.0 - torch.rand(len(b), generator=generator)     # (L,)
+                u = 1.0 - torch.rand(len(b), generator=generator, device=dev)  # (L,)
                 uniforms[b, c] = u
                 take = u <= ratio
                 out, gone = b[~take], c[~take]

@@ -33,9 +33,9 @@ import torch
 from .cache import CachedLM
 from .config import SamplingConfig
 from .devices import Clock
-from .drafters import CONFIDENCE, LIMIT, STOP_TOKEN, Drafter, mix_uniform, top_probability
+from .drafters import CONFIDENCE, LIMIT, STOP_TOKEN, Drafter, mix_uniform, top_probabilities
 from .qwen2 import TreeAttention
-from .sampling import NumericalError, draw, probs_from_logits
+from .sampling import draw, host_read, numerics, probs_from_logits, raise_numerical
 
 COVER = 0.9  # a node's children cover this much of its q, as far as the width allows
 BUDGET = "budget"  # the tree stopped growing at its node budget (LIMIT: at depth K)
@@ -110,16 +110,17 @@ def mask_grid(parents) -> list[list[bool]]:
     return [[j in anc[i] for j in range(len(parents))] for i in range(len(parents))]
 
 
-def draw_without_replacement(q: torch.Tensor, n: int, generator: torch.Generator) -> list[int]:
-    """(V,) -> up to n distinct tokens, each drawn from q with the earlier ones removed and the
-    rest renormalised: the order recursive rejection sampling tests them in."""
+def draw_without_replacement(q: torch.Tensor, n: int, generator: torch.Generator) -> torch.Tensor:
+    """(V,) q with at least n tokens of mass -> (n,) distinct tokens on q's device, each drawn from q
+    with the earlier ones removed and the rest renormalised: the order recursive rejection sampling
+    tests them in. No host read: the caller reads them with the round's other numbers."""
     q = q.clone()
-    out: list[int] = []
-    for _ in range(min(n, int((q > 0).sum()))):
-        tok = int(draw(q[None] / q.sum(), generator)[0])
+    out = []
+    for _ in range(n):
+        tok = draw(q[None] / q.sum(), generator)                              # (1,)
         out.append(tok)
-        q[tok] = 0
-    return out
+        q.scatter_(0, tok, 0.0)
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.long, device=q.device)
 
 
 def require_lean(pair) -> None:
@@ -154,22 +155,26 @@ class TreeDrafter(Drafter):
         logits = self.cache.forward(context[len(self.cache):], keep=1)                 # (1, V)
         forward_s += self.clock() - t0
         start = len(self.cache)  # == len(context): the root is cached now
-        rows[0], sure = self._q(logits, sampling, noise)[0], [top_probability(logits[0])]
-        frontier, stopped = [0], LIMIT
+        q, (sure, counts, tops) = self._q(logits, sampling, noise)
+        rows[0], frontier, stopped = q[0], [0], LIMIT
         for depth in range(1, k + 1):
-            new = []
-            for j in frontier:
-                room = self.nodes - (len(parents) - 1)
+            # how many children each frontier node gets is decided before any is drawn (see the docstring)
+            planned = []
+            for i, j in enumerate(frontier):
+                room = self.nodes - (len(parents) - 1) - sum(n for _, _, n in planned)
                 if room <= 0:
                     stopped = BUDGET
                     break
-                for tok in self._children(rows[j], min(self._count(rows[j]), room), sampling, noise, generator):
-                    parents.append(j)
-                    tokens.append(tok)
-                    path_q.append(path_q[j] * float(rows[j][tok]))
-                    rows.append(None)
-                    fed.append(-1)
-                    new.append(len(parents) - 1)
+                planned.append((i, j, min(counts[i], room)))
+            first = len(parents)
+            for _, j, n in planned:
+                parents += [j] * n
+            ids, q_ids = self._children(rows, tops, planned, sampling, noise, generator)
+            tokens += ids
+            path_q += [path_q[parents[c]] * x for c, x in enumerate(q_ids, first)]
+            new = list(range(first, len(parents)))
+            rows += [None] * len(new)
+            fed += [-1] * len(new)
             expand = sorted((j for j in new if tokens[j] not in self.stop_ids), key=lambda j: -path_q[j])[:W]
             if depth == k or stopped == BUDGET or len(parents) - 1 >= self.nodes:
                 stopped = stopped if depth == k else BUDGET
@@ -190,41 +195,60 @@ class TreeDrafter(Drafter):
             t0 = self.clock()
             logits = self.cache.forward_tree([tokens[j] for j in expand], att)         # (W, V)
             forward_s += self.clock() - t0
-            for j, q in zip(expand, self._q(logits, sampling, noise)):
-                rows[j] = q
-            sure = [top_probability(row) for row in logits]  # expand is sorted best first
+            q, (sure, counts, tops) = self._q(logits, sampling, noise)  # expand is sorted best first
+            for j, row in zip(expand, q):
+                rows[j] = row
             frontier = expand
         # renumber depth-first: the verifier then reads the first-child path's keys without a copy
         order = depth_first(parents)
         new_index = {old: i for i, old in enumerate(order)}
         parents = [-1] + [new_index[parents[j]] for j in order[1:]]
-        probs = torch.stack([rows[j] if rows[j] is not None else torch.zeros(V) for j in order])  # (N+1, V)
+        none = torch.zeros(V, device=rows[0].device)
+        probs = torch.stack([rows[j] if rows[j] is not None else none for j in order])  # (N+1, V)
         self._fed = (start, [fed[j] for j in order])
         return TreeProposal(tuple(parents), tuple(tokens[j] for j in order), probs, tuple(path_q[j] for j in order),
                             forward_s, stopped, W, self.nodes)
 
-    def _count(self, q: torch.Tensor) -> int:
-        """How many children a node gets: the fewest of q's top tokens that hold ``COVER`` of its
-        mass, at most W. Where the draft is sure, one child (the tree grows deep, as a chain);
-        where it hesitates, up to W. Decided from q alone, before any child is drawn."""
-        top = q.topk(self.width).values.cumsum(0)                                  # (W,)
-        return min(self.width, int((top < COVER).sum()) + 1)
+    def _q(self, logits: torch.Tensor, sampling: SamplingConfig, noise: float):
+        """(R, V) logits of the nodes just fed -> (R, V) q their children are drawn from, and ONE host
+        read of what the host decides with: per row its confidence (the untempered top probability),
+        its number of children and its top W (ids, q). At temperature 0 the children are q's top W and
+        the rule ignores q, so q is the draft's untempered softmax, which ranks the paths; otherwise the
+        warped (and degraded) q they are sampled from.
 
-    def _q(self, logits: torch.Tensor, sampling: SamplingConfig, noise: float) -> torch.Tensor:
-        """(R, V) logits -> (R, V): the q children are drawn from. At temperature 0 the children
-        are q's top W and the rule ignores q, so it is the draft's untempered softmax, which ranks
-        the paths; otherwise the warped (and degraded) q they are sampled from."""
-        if torch.isnan(logits).any():
-            raise NumericalError("the model produced NaN logits; try another precision (--precision float32)")
-        if sampling.greedy and not noise:
-            return torch.softmax(logits.float(), -1)
-        return mix_uniform(probs_from_logits(logits, sampling), noise)
+        A node's number of children is the fewest of q's top tokens that hold ``COVER`` of its mass, at
+        most W (and, sampled, at most its tokens with mass). Where the draft is sure, one child (the tree
+        grows deep, as a chain); where it hesitates, up to W. Decided from q alone, before any is drawn."""
+        greedy = sampling.greedy and not noise
+        if greedy:
+            q = torch.softmax(logits.float(), -1)                                      # (R, V)
+        else:
+            q = mix_uniform(probs_from_logits(logits, sampling, check=False), noise)   # (R, V)
+        top = q.topk(self.width, dim=-1)                                               # (R, W) each
+        counts = ((top.values.cumsum(-1) < COVER).sum(-1) + 1).clamp_max(self.width)  # (R,)
+        if not greedy:
+            counts = torch.minimum(counts, (q > 0).sum(-1))
+        R, W = logits.shape[0], self.width
+        nan, bad, *got = host_read(numerics(logits, None if greedy else q), top_probabilities(logits), counts,
+                                   top.indices, top.values)
+        raise_numerical(nan, bad, sampling)
+        ids, vals = got[2 * R:2 * R + R * W], got[2 * R + R * W:]
+        tops = [(ids[i * W:(i + 1) * W], vals[i * W:(i + 1) * W]) for i in range(R)]
+        return q, (got[:R], [int(c) for c in got[R:2 * R]], tops)
 
-    def _children(self, q: torch.Tensor, n: int, sampling: SamplingConfig, noise: float,
-                  generator: torch.Generator) -> list[int]:
+    def _children(self, rows, tops, planned, sampling: SamplingConfig, noise: float,
+                  generator: torch.Generator) -> tuple[list[int], list[float]]:
+        """The children of each planned (row, node, n) in draw order and their q: q's top n at
+        temperature 0 (read with q), else n draws without replacement, read in ONE host read."""
         if sampling.greedy and not noise:
-            return q.topk(n).indices.tolist()
-        return draw_without_replacement(q, n, generator)
+            ids = [int(x) for i, _, n in planned for x in tops[i][0][:n]]
+            return ids, [x for i, _, n in planned for x in tops[i][1][:n]]
+        drawn = [draw_without_replacement(rows[j], n, generator) for _, j, n in planned]
+        if not drawn:
+            return [], []
+        got = host_read(*drawn, *(rows[j][d] for (_, j, _), d in zip(planned, drawn)))
+        half = len(got) // 2
+        return [int(x) for x in got[:half]], got[half:]
 
     def keep_path(self, path: list[int]) -> None:
         """Keep the draft cache's entries of the accepted path (those it fed: a prefix of it)."""

@@ -257,6 +257,21 @@ def _runs(value) -> int:
     return value
 
 
+def _differences(pair, pairs: list[dict]) -> dict:
+    """Per speculative side, the first pair of greedy runs whose output differs from verifier-only,
+    explained (:func:`specdec.exactness.explain`: a near-tie or a bug)."""
+    from specdec.exactness import explain
+    base, *specs = list(pairs[0])
+    out = {}
+    for n in specs:
+        for p in pairs:
+            d = explain(pair, p[base].prompt_ids, p[base].token_ids, p[n].token_ids)
+            if d is not None:
+                out[n] = d
+                break
+    return out
+
+
 def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[CompareView | Problem]:
     """``runs`` pairs of runs (seeds seed, seed + 1, ...), each pair advancing in turn, always the
     run that is behind in its own elapsed time, so both see the same state of the machine. At a
@@ -302,5 +317,6 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
         yield _problem(worker.error)
         return
     stopped = session.stop or any(g.stop_reason == "cancelled" for g in gens)
-    final = compare_view(pairs, settings, not stopped, final=True)
+    differences = {} if stopped or not greedy else _differences(loader.pair, pairs)
+    final = compare_view(pairs, settings, not stopped, final=True, differences=differences)
     yield replace(final, badge="Stopped.") if stopped else final

@@ -401,6 +401,7 @@ def _streaming(show, handler):
 
 
 def _info(loader: Loader) -> str:
+    from specdec.exactness import how_exact
     p = loader.pair
     if p is None:
         return "Models: " + (f"failed to load: {loader.error}" if loader.error else "loading...")
@@ -413,7 +414,8 @@ def _info(loader: Loader) -> str:
             "embedding/output table once; these weights store the two separately.)"
             f"  \n*Why {p.precision.label} for the verifier:* {p.precision.reason.split(': ', 1)[-1]}"
             + (f"  \n*Why {dp.label} for the draft:* {dp.reason.split(': ', 1)[-1]}" if p.draft is not None and dp
-               else ""))
+               else "")
+            + f"  \n*Greedy output equals verifier-only:* {how_exact(p)}.")
 
 
 def _parameters(b: dict) -> str:

@@ -353,10 +353,13 @@ def tree_why_markdown(chain: list[RoundTrace], tree: list[RoundTrace]) -> str:
             "extra tokens outweigh the extra cost.")
 
 
-def compare_view(pairs: list[dict], settings, finished: bool, final: bool = False) -> CompareView:
+def compare_view(pairs: list[dict], settings, finished: bool, final: bool = False,
+                 differences: dict | None = None) -> CompareView:
     """Every side over every group of runs so far (verifier only first, then the speculative
     runs), and the texts of the latest group. While the runs go (``final`` False) the race is
-    drawn in HTML; at the end, the interactive chart and why."""
+    drawn in HTML; at the end, the interactive chart and why. ``differences``: per speculative
+    side, where its greedy output parted from verifier-only, explained
+    (:class:`specdec.exactness.Difference`)."""
     from specdec.render import first_difference
     from specdec.theory import cost_model
     greedy = settings.decode.sampling.greedy
@@ -390,6 +393,9 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
             why_differ = (" At temperature 0 this happens at a tie or near-tie of the verifier's top logits, where a "
                           f"forward over {'several' if tree else 'K+1'} positions and a single-token one can round "
                           "differently and pick different argmaxes.")
+            if differences:  # the measured gap replaces the general explanation
+                why_differ = "".join(f" {'The ' + n + ': t' if tree else 'T'}{d.sentence()[1:]}."
+                                     for n, d in differences.items())
             if not differ:
                 badge += ("✓ **Identical output**: the chain and the tree each reproduced the verifier's greedy tokens "
                           "exactly." if tree else

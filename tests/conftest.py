@@ -2,8 +2,9 @@
 
 Tiers (markers, see pyproject.toml): unmarked tests use tiny random models and take seconds
 (``make test-fast``); ``real`` tests load the embedded pair, once per test session and never in
-parallel; ``browser`` tests drive the launched app in headless Chromium. A test that asks for the
-``real_pair`` fixture is marked ``real`` here, so the fast tier can never load the real models.
+parallel; ``browser`` tests drive the launched app in headless Chromium; ``gpu`` tests need a CUDA or
+MPS device and are skipped, with that reason, without one. A test that asks for the ``real_pair``
+fixture is marked ``real`` here, so the fast tier can never load the real models.
 """
 from __future__ import annotations
 
@@ -20,10 +21,30 @@ ARTIFACTS = ROOT / "test-artifacts"
 REAL_PRECISION = os.environ.get("SPECDEC_TEST_PRECISION", "auto")
 
 
+NO_GPU = "needs a CUDA or MPS device (none here)"
+
+
+def _gpu() -> torch.device | None:
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("mps") if torch.backends.mps.is_available() else None
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "real_pair" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real)
+        if item.get_closest_marker("gpu") is not None and _gpu() is None:
+            item.add_marker(pytest.mark.skip(reason=NO_GPU))
+
+
+@pytest.fixture(scope="session")
+def gpu_device() -> torch.device:
+    """The accelerator ``gpu`` tests run on: CUDA, else MPS."""
+    device = _gpu()
+    if device is None:
+        pytest.skip(NO_GPU)
+    return device
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from benchmarks import profile, report, runtime_compare, sweep, trees
+from benchmarks import gpu_costs, profile, report, runtime_compare, sweep, trees
 from specdec_ui.browser import find_chromium
 
 
@@ -217,3 +217,21 @@ def test_app_overhead_compares_the_same_rounds_and_renders_its_table():
                                                "browser_cpu_share")}}}
     text = report.BLOCKS["app_overhead"][0](d)
     assert "Test CPU (avx2)" in text and f"| 128 | {r['cli_tok_s']:.2f} | {r['app_tok_s']:.2f} | 0.63x | 2.00 | 25% |" in text
+
+
+def test_gpu_costs_times_the_gpu_path_fits_it_and_predicts_from_the_cpu_acceptance(tmp_path):
+    data = run_script(gpu_costs, tmp_path)
+    assert data["random_weights"] and data["modes"] == ["eager"] and data["ratios"]["graphs_speedup"] is None
+    for name in ("target eager", "draft eager"):
+        ms = {int(k): v for k, v in data["costs"][name]["ms"].items()}
+        assert sorted(ms) == list(gpu_costs.ROWS) and all(v > 0 for v in ms.values())
+        a, b = gpu_costs.fit(ms)
+        assert (a, b) == pytest.approx((data["costs"][name]["a_ms"], data["costs"][name]["b_ms"]))
+    assert gpu_costs.fit({1: 3.0, 2: 5.0, 3: 7.0}) == pytest.approx((1.0, 2.0))
+    tv = {int(k): v for k, v in data["costs"]["target eager"]["ms"].items()}
+    code = data["prediction"]["code"]["fast verification (unpadded)"]
+    a = data["cpu_acceptance"]["code"]
+    assert code["speedup"] == pytest.approx(gpu_costs.tokens_per_round(a, code["k"]) * tv[1]
+                                            / (code["k"] * data["costs"]["draft eager"]["ms"]["1"] + tv[code["k"] + 1]))
+    text = report.gpu_costs_block(data)
+    assert f"| verifier | eager | {tv[1]:.2f} |" in text and "predicted speed-up, code" in text

@@ -138,11 +138,25 @@ def test_auto_measures_once_and_caches_per_machine(cache, monkeypatch):
     assert calls == [4, 6]                               # K is part of the key: K+1 rows differ
 
 
-def test_gpus_take_their_native_half_precision():
-    assert P.choose(torch.device("cuda"), "auto").name == "bfloat16"
+def test_gpus_take_their_native_half_precision_and_say_why(monkeypatch):
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    chosen = P.choose(cuda, "auto")
+    assert chosen.name == "bfloat16" and "native bf16 on NVIDIA H200 (compute capability 9.0)" in chosen.reason
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert P.choose(cuda, "auto").name == "float16" and "no native bf16" in P.choose(cuda, "auto").reason
     assert P.choose(torch.device("mps"), "auto").name == "float16"
-    with pytest.raises(ConfigError, match="precision 'int8' is CPU-only"):
-        P.choose(torch.device("cuda"), "int8")
+    assert P.choose(cuda, "float32").reason == "float32: requested on cuda"
+    monkeypatch.setattr(P, "weight_only_int8_on", lambda device: False)
+    with pytest.raises(ConfigError, match="precision 'int8' has no kernel on cuda in this torch build"):
+        P.choose(cuda, "int8")
+    monkeypatch.setattr(P, "weight_only_int8_on", lambda device: True)
+    assert P.choose(cuda, "int8").name == "int8"
+    with pytest.raises(ConfigError, match="draft_precision 'int4' has no kernel on mps"):
+        P.choose_draft(torch.device("mps"), "int4", None)
 
 
 def test_bad_or_unavailable_precision_is_a_clear_error(monkeypatch):

@@ -52,13 +52,17 @@ def noisy_copy(m: Qwen2ForCausalLM, seed: int, noise: float) -> Qwen2ForCausalLM
     return d
 
 
-def lean(m: Qwen2ForCausalLM, precision: str = "float32", batch_invariant: bool = True, transposed: bool = False):
-    """The same weights on specdec's lean Qwen2 forward, in a CPU representation."""
+def lean(m: Qwen2ForCausalLM, precision: str = "float32", batch_invariant: bool = True, transposed: bool = False,
+         device: str = "cpu", **options):
+    """The same weights on specdec's lean Qwen2 forward, in a representation for ``device``;
+    ``options`` as :class:`~specdec.qwen2.LeanQwen2` takes them (static, pad_rows, graphs, complex_rope)."""
     from functools import partial
 
     from specdec.precision import Precision
     from specdec.qwen2 import LeanQwen2
-    make = partial(Precision(precision, "test", transposed).linear, batch_invariant=batch_invariant)
-    out = LeanQwen2(m.config, {k: v.detach().clone() for k, v in m.state_dict().items()}, make)
+    make = partial(Precision(precision, "test", transposed).linear, batch_invariant=batch_invariant,
+                   device=torch.device(device))
+    out = LeanQwen2(m.config, {k: v.detach().clone() for k, v in m.state_dict().items()}, make,
+                    device=device, **options)
     out.generation_config = m.generation_config
     return out
