@@ -168,7 +168,7 @@ def profile_block(d: dict) -> str:
 
 def runtime_compare_block(d: dict) -> str:
     s, llama = d["settings"], d.get("llama_cpp")
-    out = [f"#### Runtime vs algorithm: our engine against llama.cpp on the same GGUF", "",
+    out = ["#### Runtime vs algorithm: our engine against llama.cpp on the same GGUF", "",
            f"{_machine(d)}. Greedy, {len(s['prompts'])} code prompts x {s['max_new_tokens']} new tokens, K = "
            f"{s['k']} (llama.cpp's prompt lookup: {s['k']} tokens per round)."
            + (f" llama.cpp {llama['threads']} threads." if llama else f" llama.cpp not measured: {d['why']}."), "",
