@@ -1,4 +1,4 @@
-"""What each speed lever does on this machine, measured, for the README's levers table.
+"""What each speed lever does on this machine, measured, for the levers table of docs/results.md.
 
 1. **Forward costs**: one forward of the embedded verifier and draft by representation and
    kernel, forward implementation (lean vs transformers'), batch invariance and draft output rows,

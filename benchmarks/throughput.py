@@ -3,7 +3,7 @@ our own verifier-only decoding, transformers (greedy and assisted generation, sa
 kernels) and llama.cpp (greedy, and its own draft-model speculation ``llama-speculative-simple``
 at several draft lengths: same GGUF files, same thread count), in one run. Every speculative run
 reports c, the draft's cost per drafted token over the verifier's cost per round, from the
-engine's own trace. Writes JSON; ``benchmarks/report.py`` turns it into the README tables.
+engine's own trace. Writes JSON; ``benchmarks/report.py`` turns it into the tables of docs/results.md and the README's headline.
 
     python -m benchmarks.throughput            # full: 8 prompts x 128 tokens (~25 min on 2 cores)
     python -m benchmarks.throughput --quick    # 3 prompts x 48 tokens, no sweeps (~5 min)

@@ -3,7 +3,7 @@
 # registry, no embedded weights): the `gpu` test tier on tiny random models, then the forward-cost
 # benchmark on random models of the embedded pair's shapes. Everything lands in $OUT (default
 # benchmarks/results): gpu-tests.log and gpu_costs-<gpu>.json; `python -m benchmarks.report`
-# then renders the JSON into the README. If pytest is missing on the image, carry its wheels in
+# then renders the JSON into docs/results.md. If pytest is missing on the image, carry its wheels in
 # wheels/ (pytest, pluggy, iniconfig, packaging) and they are installed offline first.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -83,7 +83,7 @@ class DecodeConfig:
     node, node budget; K is the depth); 0 lets the machine's measured cost fit choose."""
 
     max_new_tokens: int = 64
-    k: int = 6             # defaults measured on the embedded pair: benchmarks/results, README "Speed"
+    k: int = 6             # defaults measured on the embedded pair: benchmarks/results, docs/results.md
     confidence: float = 0.6
     seed: int = 0
     sampling: SamplingConfig = SamplingConfig()

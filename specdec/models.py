@@ -25,7 +25,7 @@ from .precision import Precision, choose, choose_draft
 __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "EMBEDDED", "ModelLoadError", "ModelPair", "load_pair",
            "resolve_device"]
 
-DRAFT_VOCAB = 0  # ids the lean draft scores (0: all); a cut showed no clear gain (README levers table)
+DRAFT_VOCAB = 0  # ids the lean draft scores (0: all); a cut showed no clear gain (docs/results.md, levers)
 
 
 def _hub_reachable() -> bool:

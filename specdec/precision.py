@@ -237,7 +237,7 @@ def pick(timings: dict[str, list[float]], k: int, cpu_model: str, allowed: list[
 
 # ``auto`` never gives the draft 4-bit weights: on the embedded pair they cost more acceptance than
 # they save time (Intel Xeon, AMX: 33 vs 39 ms a draft forward, but acceptance 84 -> 80 % and
-# 12.6 -> 10.9 tok/s; README levers table). ``--draft-precision int4`` still selects them.
+# 12.6 -> 10.9 tok/s; docs/results.md, levers). ``--draft-precision int4`` still selects them.
 DRAFT_AUTO_EXCLUDES = ("int4",)
 
 

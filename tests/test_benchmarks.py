@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -189,12 +190,46 @@ def test_levers_and_throughput_blocks_render_the_new_columns():
     assert "| c = draft cost (median) | 0.26 |" in text
 
 
-def test_readme_results_are_the_report_of_the_committed_json():
-    """The README's tables are generated from benchmarks/results/*.json, never edited by hand: a
-    result file added or changed without `python -m benchmarks.report` fails here."""
-    readme = (report.ROOT / "README.md").read_text()
-    section = readme.split(report.START, 1)[1].split(report.END, 1)[0]
-    assert section.strip() == report.render().strip()
+def _between(path, start: str, end: str) -> str:
+    return path.read_text().split(start, 1)[1].split(end, 1)[0].strip()
+
+
+def test_docs_results_are_the_report_of_the_committed_json():
+    """docs/results.md's tables are generated from benchmarks/results/*.json, never edited by hand:
+    a result file added or changed without `python -m benchmarks.report` fails here."""
+    assert _between(report.RESULTS, report.START, report.END) == report.render().strip()
+
+
+def test_readme_headline_is_the_report_of_the_committed_throughput_json():
+    """The README's one results table is generated too: a column per committed throughput run, its
+    figures those of the JSON, and a GPU column that says it is not measured."""
+    block = _between(report.README, report.HEADLINE_START, report.HEADLINE_END)
+    assert block == report.render_headline().strip()
+    files = sorted((report.ROOT / "benchmarks" / "results").glob("throughput-*.json"))
+    runs = [d for d in map(json.loads, (f.read_text() for f in files)) if not d.get("tiny")]
+    header = block.splitlines()[0]
+    assert header.count("](docs/results.md#") == len(runs) >= 1 and "GPU (CUDA, Apple MPS)" in header
+    for d in runs:
+        assert f"**{d['headline']['speculative vs verifier-only, code (geomean)']:.2f}x**" in block
+        assert f"{d['headline']['peak resident memory, default run (GiB)']:.2f} GiB" in block
+
+
+def _heading_ids(text: str) -> set[str]:
+    """The ids GitHub gives a page's headings, a repeat suffixed -1, -2, ..."""
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), flags=re.M):
+        slug = report.anchor(heading)
+        seen[slug] = seen.get(slug, -1) + 1
+    return {slug if n == 0 else f"{slug}-{n}" for slug, count in seen.items() for n in range(count + 1)}
+
+
+def test_every_link_to_a_heading_in_the_readme_and_docs_results_has_its_heading():
+    ids = {page: _heading_ids((report.ROOT / page).read_text()) for page in ("README.md", "docs/results.md")}
+    for page in ids:
+        folder = (report.ROOT / page).parent
+        for target, fragment in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", (report.ROOT / page).read_text()):
+            linked = (folder / target).resolve().relative_to(report.ROOT).as_posix() if target else page
+            assert fragment in ids[linked], f"{page} links to {target}#{fragment}, which has no heading"
 
 
 def test_app_overhead_compares_the_same_rounds_and_renders_its_table():
