@@ -54,12 +54,7 @@ def test_padding_makes_the_static_verifier_batch_invariant():
     float32: differences of ~3e-7); padded to one row count, each row's numbers are its own."""
     ids = tiny.prompt_ids(14)
     lean = tiny.lean(tiny.model(3, scale=4), static=True, pad_rows=8)
-    a, b = CachedLM(lean, tiny.V), CachedLM(lean, tiny.V)
-    a.forward(ids[:8], keep=1)
-    b.forward(ids[:8], keep=1)
-    together = a.forward(ids[8:], keep=6)
-    alone = torch.cat([b.forward([t], keep=1) for t in ids[8:]])
-    assert torch.equal(together, alone)
+    assert torch.equal(*tiny.verification_and_single_rows(lean, ids))
 
 
 def test_static_padded_speculative_greedy_is_exactly_verifier_greedy():

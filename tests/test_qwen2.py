@@ -68,12 +68,7 @@ def test_cache_grows_past_its_first_capacity():
 def test_int8_verifier_rows_equal_one_token_forwards():
     lean = tiny.lean(tiny.model(3, scale=4), "int8")
     ids = tiny.prompt_ids(14)
-    a, b = CachedLM(lean, tiny.V), CachedLM(lean, tiny.V)
-    a.forward(ids[:8], keep=1)
-    b.forward(ids[:8], keep=1)
-    together = a.forward(ids[8:], keep=6)
-    alone = torch.cat([b.forward([t], keep=1) for t in ids[8:]])
-    assert torch.equal(together, alone)
+    assert torch.equal(*tiny.verification_and_single_rows(lean, ids))
 
 
 @pytest.mark.skipif("int8" not in cpu_candidates(), reason="fbgemm (x86) kernels not in this torch")

@@ -66,3 +66,14 @@ def lean(m: Qwen2ForCausalLM, precision: str = "float32", batch_invariant: bool 
                     device=device, **options)
     out.generation_config = m.generation_config
     return out
+
+
+def verification_and_single_rows(lean, ids: list[int], cached: int = 8):
+    """The logits of ``ids[cached:]`` from one forward of all of them, and from one forward each,
+    after the same ``cached`` tokens: equal exactly when the forward is batch-invariant."""
+    from specdec.cache import CachedLM
+    a, b = CachedLM(lean, V), CachedLM(lean, V)
+    a.forward(ids[:cached], keep=1)
+    b.forward(ids[:cached], keep=1)
+    together = a.forward(ids[cached:], keep=len(ids) - cached)
+    return together, torch.cat([b.forward([t], keep=1) for t in ids[cached:]])
