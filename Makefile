@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: app test test-fast mutants notebooks strip-notebooks setup setup-dev browser cli bench clean
+.PHONY: preflight app test test-fast mutants notebooks strip-notebooks setup setup-dev browser cli bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,11 @@ setup-dev: $(VENV)/.dev
 browser: setup-dev
 	$(PY) -m specdec_ui.browser --ensure
 
-app: setup
+# Warns up front (with the numbers) when memory or disk is short for a first run; never stops it.
+preflight:
+	@$(PYTHON) scripts/preflight.py
+
+app: preflight setup
 	$(PY) app.py $(ARGS)
 
 test: setup-dev browser

@@ -19,6 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def environment(pair) -> dict:
+    """The machine (:func:`machine`) and the precisions the loaded ``pair`` runs in."""
+    return {**machine(pair.device),
+            "precision": pair.precision.label, "precision_reason": pair.precision.reason,
+            "draft_precision": pair.draft_precision.label if pair.draft_precision else None,
+            "draft_precision_reason": pair.draft_precision.reason if pair.draft_precision else None}
+
+
+def machine(device: torch.device) -> dict:
+    """Date, commit, hardware (CPU model and flags), device and versions."""
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True, check=True).stdout.strip()
@@ -26,7 +35,6 @@ def environment(pair) -> dict:
                                     capture_output=True, text=True).stdout.strip())
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = "unknown", False
-    device = pair.device
     cpu = cpu_description()
     accel = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     return {
@@ -36,9 +44,7 @@ def environment(pair) -> dict:
                      "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "accelerator": accel},
         "cpu_slug": re.sub(r"[^a-z0-9]+", "-", f"{device.type} {cpu['model'] if device.type == 'cpu' else accel}"
                            .lower()).strip("-"),
-        "device": str(device), "precision": pair.precision.label, "precision_reason": pair.precision.reason,
-        "draft_precision": pair.draft_precision.label if pair.draft_precision else None,
-        "draft_precision_reason": pair.draft_precision.reason if pair.draft_precision else None,
+        "device": str(device),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},
     }

@@ -10,10 +10,9 @@ import sysconfig
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
 
 from specdec.cache import CachedLM
-from specdec.embedded import EMBEDDED, cache_root
+from specdec.embedded import EMBEDDED, transformers_model
 from specdec.models import load_model
 from specdec.precision import Precision
 
@@ -35,8 +34,7 @@ def logprobs(model, ids: list[int], vocab: int) -> torch.Tensor:
 
 
 def _against_float32(name: str, role: str, labels: list[str], ids: list[int], vocab: int) -> dict:
-    reference = AutoModelForCausalLM.from_pretrained(
-        str(cache_root() / EMBEDDED[name].sha256[:16] / "converted-float32"), dtype=torch.float32).eval()
+    reference, _ = transformers_model(EMBEDDED[name], torch.float32)
     ref = logprobs(reference, ids, vocab)
     del reference
     out = {}

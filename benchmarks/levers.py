@@ -29,8 +29,8 @@ from benchmarks.throughput import draft_cost_ratio
 from specdec import DecodeConfig, Generation
 from specdec.cache import CachedLM
 from specdec.drafters import ModelDrafter
-from specdec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, cache_root
-from specdec.models import ModelPair, load_model, load_pair
+from specdec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+from specdec.models import TRANSFORMERS, ModelPair, load_model, load_pair
 from specdec.precision import cpu_variants
 
 ROWS = (1, 2, 3, 5, 7)
@@ -170,8 +170,7 @@ def main(argv=None) -> int:
             log(f"verifier {v.label:30s} " + " ".join(f"{x:7.1f}" for x in verifier[f'verifier, lean forward, {v.label}']))
             del model
             gc.collect()
-        directory = str(cache_root() / EMBEDDED[DEFAULT_TARGET].sha256[:16] / "converted-float32")
-        model, _ = load_model(directory, cpu, pair.precision, "target")
+        model, _ = load_model(TRANSFORMERS + DEFAULT_TARGET, cpu, pair.precision, "target")
         verifier[f"verifier, transformers' forward, {pair.precision.label}"] = forward_ms(model, vocab)
         del model
     out = args.out or ROOT / "benchmarks" / "results" / f"levers-{env['cpu_slug']}.json"

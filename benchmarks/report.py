@@ -279,10 +279,31 @@ def gpu_costs_block(d: dict) -> str:
     return "\n".join(out)
 
 
+def first_run_block(d: dict) -> str:
+    s, t, f = d["summary"], d["targets"], d["first_run"]
+    ok = lambda x, lim, unit: f"{'met' if x <= lim else 'missed'} (target <= {lim:g} {unit})"  # noqa: E731
+    out = ["#### A first run and the starts after it", "",
+           f"{_machine(d)}. `python -m specdec generate` with an empty cache (this machine's kernel timings copied in), "
+           f"then {len(d['warm_cli'])} warm starts each of the CLI (one new token) and of `app.py`; every run a fresh "
+           "process, medians. Peak memory is that process's own `ru_maxrss`; disk is the blocks the cache uses.", "",
+           "| what | measured | against the issue's target |", "|---|---:|---|",
+           f"| first run, peak resident memory (packing included) | {s['first_run_peak_gib']:.2f} GiB "
+           f"| {ok(s['first_run_peak_gib'], t['first_run_peak_gib'], 'GiB')} |",
+           f"| first run, wall time (8 tokens) | {f['wall_s']:.0f} s | – |",
+           f"| cache after it | {s['cache_gb']:.2f} GB | {ok(s['cache_gb'], t['cache_gb'], 'GB')} |",
+           f"| warm app: models ready | {s['models_ready_s']:.1f} s | {ok(s['models_ready_s'], t['models_ready_s'], 's')} |",
+           f"| warm CLI: models ready | {s['cli_models_ready_s']:.1f} s | – |",
+           f"| warm CLI: start to first token (and exit) | {s['first_token_s']:.1f} s "
+           f"| {ok(s['first_token_s'], t['first_token_s'], 's')} |", "",
+           "The cache: " + ", ".join(f"`{k}` {v / 1e9:.2f} GB" for k, v in d["disk"]["files"].items() if v >= 1e7) + "."]
+    return "\n".join(out)
+
+
 BLOCKS = {"gpu_costs": (gpu_costs_block, "python -m benchmarks.gpu_costs"), "trees": (trees_block, "python -m benchmarks.trees"), "throughput": (throughput_block, "make bench"), "levers": (levers_block, "python -m benchmarks.levers"),
           "sweep": (sweep_block, "python -m benchmarks.sweep"), "profile": (profile_block, "python -m benchmarks.profile"),
           "runtime_compare": (runtime_compare_block, "python -m benchmarks.runtime_compare"),
-          "app_overhead": (app_overhead_block, "python -m benchmarks.app_overhead")}
+          "app_overhead": (app_overhead_block, "python -m benchmarks.app_overhead"),
+          "first_run": (first_run_block, "python -m benchmarks.first_run")}
 
 
 def _results() -> list[tuple[str, dict]]:

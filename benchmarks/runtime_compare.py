@@ -22,7 +22,7 @@ from benchmarks.common import write_json
 from benchmarks.profile import CONTEXT, DRAFTERS, context_ids, fit, forward_costs, setup, timed
 from benchmarks.sweep import pooled, run
 from benchmarks.throughput import llama_cpp_runner
-from specdec.embedded import DEFAULT_TARGET, EMBEDDED, cache_root
+from specdec.embedded import DEFAULT_TARGET, EMBEDDED, gguf_file
 
 LOOKUP_NGRAM = 3  # the longest n-gram both prompt-lookup drafters match (ours: LookupDrafter's max_ngram)
 
@@ -66,14 +66,12 @@ def llama_cpp(pair, prompts, n: int, k: int, lengths: list[int], reps: int, log)
     """llama.cpp's runs and forward fit, or None and why not."""
     if pair.target_name != DEFAULT_TARGET:
         return None, f"llama.cpp runs the embedded GGUF of {DEFAULT_TARGET}; the verifier here is {pair.target_name}"
-    gguf = cache_root() / EMBEDDED[DEFAULT_TARGET].sha256[:16] / "model.gguf"
-    if not gguf.is_file():
-        return None, f"{gguf} is missing: it is written when the embedded verifier is first assembled"
     threads = torch.get_num_threads()
     try:
         greedy, why_not = llama_cpp_runner(threads)
         if greedy is None:
             return None, why_not
+        gguf = gguf_file(EMBEDDED[DEFAULT_TARGET])  # assembled by the runner already
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
         # logits_all=True by hand: a draft model makes Llama keep every token's logits, but it sizes

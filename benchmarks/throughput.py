@@ -25,7 +25,8 @@ import torch
 from benchmarks.common import ROOT, environment, write_json
 from benchmarks.fidelity import fidelity
 from specdec import DecodeConfig, Generation, SamplingConfig, load_pair
-from specdec.embedded import EMBEDDED, cache_root
+from specdec.embedded import EMBEDDED, cache_root, gguf_file
+from specdec.models import TRANSFORMERS
 from specdec.settings import add_model_arguments, models_from_args
 from specdec.precision import Precision, cpu_timings, cpu_variants
 
@@ -89,7 +90,7 @@ def llama_cpp_runner(threads: int):
         from llama_cpp import Llama
     except ImportError as e:
         return None, f"llama-cpp-python is not installed ({e}); `make bench` installs it"
-    gguf = cache_root() / EMBEDDED["embedded:qwen2.5-coder-1.5b-instruct"].sha256[:16] / "model.gguf"
+    gguf = gguf_file(EMBEDDED["embedded:qwen2.5-coder-1.5b-instruct"])
     llm = Llama(model_path=str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=2048, verbose=False)
 
     def run(pair, prompt, max_new):
@@ -122,7 +123,7 @@ def llama_speculative_runner(threads: int):
     binary = llama_speculative_binary()
     if binary is None:
         return None, "llama-speculative-simple is not built; `make bench` builds it (scripts/build-llama-speculative.sh)"
-    gguf = {role: cache_root() / EMBEDDED[name].sha256[:16] / "model.gguf"
+    gguf = {role: gguf_file(EMBEDDED[name])
             for role, name in (("target", "embedded:qwen2.5-coder-1.5b-instruct"),
                                ("draft", "embedded:qwen2.5-coder-0.5b-instruct"))}
 
@@ -252,9 +253,8 @@ def main(argv=None) -> int:
 
     # transformers on the very same weights and kernels: its own forward, our packed Linear layers.
     hf_prompts = code[:2]
-    directory = {role: cache_root() / EMBEDDED[name].sha256[:16] / "converted-float32"
-                 for role, name in (("target", pair.target_name), ("draft", pair.draft_name))}
-    hf = load_pair(str(directory["target"]), str(directory["draft"]), "cpu", pair.precision.name, k=args.k)
+    hf = load_pair(TRANSFORMERS + pair.target_name, TRANSFORMERS + pair.draft_name, "cpu", pair.precision.name,
+                   k=args.k)
     # name: assistant settings (None: no assistant). Each run sets them on the draft's generation_config.
     settings = {"transformers greedy": None, "transformers assisted (its defaults)": {}}
     if not args.quick:

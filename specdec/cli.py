@@ -1,4 +1,4 @@
-"""Command line: ``python -m specdec generate|compare``.
+"""Command line: ``python -m specdec generate|compare|cache``.
 
 With ``--json`` stdout holds exactly one JSON object; progress and logs go to stderr. User
 mistakes exit with status 2 and a one-line ``error: ...`` naming the field, never a traceback.
@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("generate", parents=[common], help="speculative decoding with a per-round trace")
     sub.add_parser("compare", parents=[common], help="verifier-only vs speculative on the same settings")
+    cache = sub.add_parser("cache", help="show what the on-disk cache holds, or clear it")
+    cache.add_argument("action", nargs="?", choices=["show", "clear"], default="show")
+    cache.add_argument("--all", action="store_true", help="with clear: also the kernel timings and llama.cpp build")
     return parser
 
 
@@ -50,6 +53,12 @@ def _line(name: str, s: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "cache":
+        from . import store
+        if args.action == "clear":
+            print(f"removed {store.clear(args.all) / 1e9:.3f} GB")
+        print(store.show())
+        return 0
     log = lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr, flush=True)  # noqa: E731
     try:
         asked = RunSettings(args.prompt, args.drafter, decode_from_args(args), models_from_args(args),

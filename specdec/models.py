@@ -6,8 +6,8 @@ shared id, and each model's KV cache must be able to roll back (the engine crops
 from __future__ import annotations
 
 import ctypes
-import json
 import socket
+import sys
 import threading
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,7 +18,9 @@ import torch
 from . import qwen2
 from .config import ConfigError, DecodeConfig, validate_prompt
 from .devices import resolve_device
-from .embedded import EMBEDDED, DEFAULT_DRAFT, DEFAULT_TARGET, ModelLoadError, Progress, convert_embedded
+from . import packed
+from .embedded import (EMBEDDED, DEFAULT_DRAFT, DEFAULT_TARGET, GGUFWeights, ModelLoadError, Progress,
+                       convert_embedded, model_root, transformers_model)
 from .kernels import PackedLinear
 from .precision import Precision, choose, choose_draft
 
@@ -34,34 +36,6 @@ def _hub_reachable() -> bool:
         return True
     except OSError:
         return False
-
-
-class SafetensorsReader:
-    """One tensor at a time with plain reads: memory-mapping the whole float32 file would count
-    its pages as resident memory (6 GB for the verifier) while the packed layers are built."""
-
-    DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-
-    def __init__(self, path: Path):
-        self.path = path
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            self.header = {k: v for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
-        self.base = 8 + n
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.header
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        info = self.header[key]
-        start, end = info["data_offsets"]
-        out = torch.empty(info["shape"], dtype=self.DTYPES[info["dtype"]])
-        if end - start != out.numel() * out.element_size():
-            raise ModelLoadError(f"{self.path}: tensor {key} has a corrupt header; delete the file to convert again")
-        with open(self.path, "rb") as f:
-            f.seek(self.base + start)
-            f.readinto(out.view(torch.uint8).reshape(-1).numpy())
-        return out
 
 
 def draft_head_rows(tokenizer, n: int) -> torch.Tensor | None:
@@ -86,20 +60,59 @@ def lean_options(device: torch.device, role: str) -> dict:
     return {"static": True, "pad_rows": GPU_PAD_ROWS if role == "target" else 0, "graphs": available(device)}
 
 
-def _load_lean(directory: Path, config, precision: Precision, name: str, role: str, progress: Progress | None,
-               draft_vocab: int = 0, device: torch.device = torch.device("cpu")):
-    from transformers import AutoTokenizer, GenerationConfig
-    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+TRANSFORMERS = "transformers:"  # "transformers:embedded:...": an embedded model on transformers' own forward
+PACK_FORMAT = 1  # bump when packed_state's names or a layer's state change: older files are rebuilt
+
+
+def _say(progress: Progress | None, fraction: float, message: str) -> None:
     if progress:
-        progress(0.7, f"{name}: building {precision.name} layers on {device.type}")
-    make = partial(precision.linear, batch_invariant=role == "target", device=device)
-    rows = draft_head_rows(tokenizer, draft_vocab) if role == "draft" else None
-    model = qwen2.LeanQwen2(config, SafetensorsReader(directory / "model.safetensors"), make, precision.dense_dtype,
-                            rows, device=device, **lean_options(device, role))
-    try:
-        model.generation_config = GenerationConfig.from_pretrained(str(directory))
-    except OSError:
-        model.generation_config = GenerationConfig(eos_token_id=config.eos_token_id)
+        progress(fraction, message)
+    else:
+        print(message, file=sys.stderr)
+
+
+def packed_file(spec, precision: Precision, device: torch.device, draft_vocab: int = 0) -> Path:
+    """Where the layers of ``spec`` in ``precision`` for ``device`` are cached."""
+    vocab = f"-vocab{draft_vocab}" if draft_vocab else ""
+    return model_root(spec) / f"packed-{precision.cache_key(device)}{vocab}-f{PACK_FORMAT}.safetensors"
+
+
+def _load_lean(spec, meta: Path, config, precision: Precision, name: str, role: str, progress: Progress | None,
+               draft_vocab: int = 0, device: torch.device = torch.device("cpu"), keep: bool = False):
+    """The embedded model on the lean forward: its packed layers from the cache when they are whole
+    (checked, :mod:`specdec.packed`), else packed from the GGUF parts one tensor at a time and saved."""
+    from transformers import AutoTokenizer, GenerationConfig
+    tokenizer = AutoTokenizer.from_pretrained(str(meta))
+    invariant = role == "target"
+    options = dict(device=device, **lean_options(device, role))
+    path = packed_file(spec, precision, device, draft_vocab if role == "draft" else 0)
+    model = None
+    if path.is_file():
+        if progress:
+            progress(0.4, f"{name}: loading its {precision.name} layers from the cache")
+        try:
+            packed.check(path)
+            model = qwen2.LeanQwen2(config, packed.Reader(path), None,
+                                    restore=partial(precision.restore, batch_invariant=invariant, device=device),
+                                    **options)
+        except packed.DamagedFile as e:
+            _say(progress, 0.4, f"{name}: damaged cache file, rebuilding it from the GGUF parts ({e})")
+            packed.remove(path)
+    if model is None:
+        if progress:
+            progress(0.4, f"{name}: packing {precision.name} layers on {device.type} from the GGUF"
+                          + (" (first run only)" if keep else ""))
+        make = partial(precision.linear, batch_invariant=invariant, device=device)
+        rows = draft_head_rows(tokenizer, draft_vocab) if role == "draft" else None
+        model = qwen2.LeanQwen2(config, GGUFWeights(spec, meta, progress), make, precision.dense_dtype, rows,
+                                **options)
+        if keep:  # (a sweep over precisions, in notebook 04 and the benchmarks, leaves nothing behind)
+            packed.write(path, model.packed_state(), {"model": spec.name, "precision": precision.name,
+                                                     "format": PACK_FORMAT})
+            for old in path.parent.glob("packed-*.safetensors"):  # older formats are never read again
+                if not old.name.endswith(f"-f{PACK_FORMAT}.safetensors"):
+                    packed.remove(old)
+    model.generation_config = GenerationConfig.from_pretrained(str(meta))
     return model, tokenizer
 
 
@@ -112,21 +125,31 @@ def _pack_linears(model: torch.nn.Module, precision: Precision, batch_invariant:
 
 
 def load_model(name: str, device: torch.device, precision: Precision, role: str, progress: Progress | None = None,
-               draft_vocab: int = 0):
-    """Load (model, tokenizer) from an embedded name, a local directory or GGUF file, or a hub id.
+               draft_vocab: int = 0, keep: bool = False):
+    """Load (model, tokenizer) from an embedded name, a local directory or GGUF file, or a hub id;
+    ``transformers:<embedded name>`` builds transformers' own model of an embedded GGUF (the
+    benchmarks' and notebooks' reference forward).
 
     A Qwen2 model runs on the lean forward of :mod:`specdec.qwen2` on every device; any other
     on transformers', with its Linear layers swapped for the chosen representation on a CPU and
-    in the chosen precision on a GPU.
+    in the chosen precision on a GPU. An embedded model's packed layers are read from the cache
+    when there; ``keep`` saves them there when they had to be packed (``load_pair`` keeps what it
+    chose; a sweep over precisions keeps nothing, so the cache holds only what runs).
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     on_cpu = device.type == "cpu"
+    if name.removeprefix(TRANSFORMERS) in EMBEDDED and name.startswith(TRANSFORMERS):
+        if progress:
+            progress(0.3, f"{role}: building transformers' model of {name.removeprefix(TRANSFORMERS)} from its GGUF")
+        model, tokenizer = transformers_model(EMBEDDED[name.removeprefix(TRANSFORMERS)],
+                                              torch.float32 if on_cpu else precision.dense_dtype)
+        return _finish_transformers(model, tokenizer, name, device, precision, role)
     if name in EMBEDDED:
-        directory = convert_embedded(EMBEDDED[name], progress)
-        config = AutoConfig.from_pretrained(str(directory))
-        if qwen2.supports(config):
-            return _load_lean(directory, config, precision, name, role, progress, draft_vocab, device)
-        name = str(directory)
+        meta = convert_embedded(EMBEDDED[name], progress)
+        config = AutoConfig.from_pretrained(str(meta))
+        if not qwen2.supports(config):
+            raise ModelLoadError(f"{name}: an embedded model must be plain Qwen2 for the lean forward")
+        return _load_lean(EMBEDDED[name], meta, config, precision, name, role, progress, draft_vocab, device, keep)
     path = Path(name).expanduser()
     kwargs: dict = {"dtype": torch.float32 if on_cpu else precision.dense_dtype, "trust_remote_code": False}
     if path.is_file() and path.suffix == ".gguf":
@@ -148,6 +171,11 @@ def load_model(name: str, device: torch.device, precision: Precision, role: str,
             f"{role}: cannot load {name!r}: not an embedded model, a local directory or .gguf file, or a model "
             f"reachable on the Hugging Face hub ({str(e).splitlines()[0][:160]}). Embedded models work offline: "
             f"{', '.join(EMBEDDED)}") from None
+    return _finish_transformers(model, tokenizer, name, device, precision, role)
+
+
+def _finish_transformers(model, tokenizer, name: str, device: torch.device, precision: Precision, role: str):
+    on_cpu = device.type == "cpu"
     if not on_cpu and precision.name == "int8":
         raise ModelLoadError(f"{role}: int8 weight-only on {device.type} needs the lean Qwen2 forward, which {name!r} "
                              "does not take; use --precision auto, bfloat16 or float16")
@@ -319,8 +347,8 @@ def model_config(name: str, progress: Progress | None = None):
     """The transformers config of an embedded name (converted first if need be), a local
     directory or GGUF file, or a hub id."""
     from transformers import AutoConfig
-    if name in EMBEDDED:
-        return AutoConfig.from_pretrained(str(convert_embedded(EMBEDDED[name], progress)))
+    if name.removeprefix(TRANSFORMERS) in EMBEDDED:
+        return AutoConfig.from_pretrained(str(convert_embedded(EMBEDDED[name.removeprefix(TRANSFORMERS)], progress)))
     path = Path(name).expanduser()
     try:
         if path.is_file() and path.suffix == ".gguf":
@@ -353,10 +381,10 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, d
         if key in _PAIRS:
             return _PAIRS[key]
         _return_freed_memory()
-        target_model, tokenizer = load_model(target, dev, prec, "target", sub(0.0, 0.5 if draft else 1.0))
+        target_model, tokenizer = load_model(target, dev, prec, "target", sub(0.0, 0.5 if draft else 1.0), keep=True)
         draft_model = None
         if draft:
-            draft_model, draft_tok = load_model(draft, dev, dprec, "draft", sub(0.5, 1.0), draft_vocab)
+            draft_model, draft_tok = load_model(draft, dev, dprec, "draft", sub(0.5, 1.0), draft_vocab, keep=True)
             vocab = check_compatible(tokenizer, draft_tok, output_rows(target_model), output_rows(draft_model))
         else:
             vocab = min(len(tokenizer), output_rows(target_model))

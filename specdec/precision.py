@@ -84,6 +84,28 @@ class Precision:
         return {"float16": Fp16Linear, "int4": Int4Linear}[self.name].from_weight(weight, bias)
 
 
+    def restore(self, state: dict[str, torch.Tensor], bias: torch.Tensor | None, batch_invariant: bool = True,
+                device: torch.device = torch.device("cpu")) -> PackedLinear:
+        """The layer :meth:`linear` built, from its saved ``state()`` (on ``device`` already)."""
+        if device.type != "cpu":
+            if self.name == "int8":
+                return Int8WeightOnlyLinear(state["qweight"], state["scales"], bias,
+                                            torch.bfloat16 if device.type == "cuda" else torch.float16)
+            return DenseLinear.from_state(state, bias)
+        if self.name in ("float32", "bfloat16"):
+            return DenseLinear.from_state(state, bias, transposed=self.transposed and self.name == "float32")
+        if self.name == "int8":
+            kernel = Int8DnnLinear if self.kernel == "onednn" else Int8Linear
+            return kernel.from_state(state, bias, batch_invariant)
+        return {"float16": Fp16Linear, "int4": Int4Linear}[self.name].from_state(state, bias)
+
+    def cache_key(self, device: torch.device) -> str:
+        """Which saved layers this precision can rebuild: the representation (int8's two kernels
+        share one), the device kind, and for int4 the CPU ISA its packed layout was made for."""
+        key = self.name + ("" if device.type == "cpu" else f"-{device.type}")
+        return key + (f"-{torch.backends.cpu.get_cpu_capability().lower()}" if self.name == "int4" else "")
+
+
 def cpu_description() -> dict:
     """CPU model and the flags that decide kernels; every benchmark JSON carries it."""
     model, flags = platform.processor() or platform.machine(), []

@@ -51,6 +51,7 @@ E hidden size, I intermediate size, V vocabulary rows.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -167,20 +168,28 @@ class KVCache:
 
 
 class Qwen2Layer(torch.nn.Module):
-    def __init__(self, shape: Qwen2Shape, w: dict[str, torch.Tensor], make: MakeLinear, prefix: str,
-                 device: torch.device = torch.device("cpu")):
+    PARTS = ("qkv", "o", "gate_up", "down")
+
+    def __init__(self, shape: Qwen2Shape, attn_norm: torch.Tensor, mlp_norm: torch.Tensor, qkv: PackedLinear,
+                 o: PackedLinear, gate_up: PackedLinear, down: PackedLinear):
         super().__init__()
-        self.shape = shape
+        self.shape, self.attn_norm, self.mlp_norm = shape, attn_norm, mlp_norm
+        self.qkv, self.o, self.gate_up, self.down = qkv, o, gate_up, down
+
+    @classmethod
+    def from_weights(cls, shape: Qwen2Shape, w, make: MakeLinear, prefix: str,
+                     device: torch.device = torch.device("cpu")) -> Qwen2Layer:
+        """From transformers' weights: q/k/v fused into one layer, gate/up into another."""
         H, G = shape.heads, shape.kv_heads
         a, m = f"{prefix}self_attn.", f"{prefix}mlp."
-        self.attn_norm = w[f"{prefix}input_layernorm.weight"].float().to(device)
-        self.mlp_norm = w[f"{prefix}post_attention_layernorm.weight"].float().to(device)
         pairs = {"q": H, "k": G}  # heads whose rows are reordered for the complex RoPE
-        self.qkv = make(torch.cat([_pairwise(w[f"{a}{n}_proj.weight"], pairs.get(n)) for n in "qkv"]),
-                        torch.cat([_pairwise(w[f"{a}{n}_proj.bias"], pairs.get(n)) for n in "qkv"]))  # (H*D+2*G*D, E)
-        self.o = make(w[f"{a}o_proj.weight"], None)
-        self.gate_up = make(torch.cat([w[f"{m}gate_proj.weight"], w[f"{m}up_proj.weight"]]), None)
-        self.down = make(w[f"{m}down_proj.weight"], None)
+        qkv = make(torch.cat([_pairwise(w[f"{a}{n}_proj.weight"], pairs.get(n)) for n in "qkv"]),
+                   torch.cat([_pairwise(w[f"{a}{n}_proj.bias"], pairs.get(n)) for n in "qkv"]))  # (H*D+2*G*D, E)
+        o = make(w[f"{a}o_proj.weight"], None)
+        gate_up = make(torch.cat([w[f"{m}gate_proj.weight"], w[f"{m}up_proj.weight"]]), None)
+        down = make(w[f"{m}down_proj.weight"], None)
+        return cls(shape, w[f"{prefix}input_layernorm.weight"].float().to(device),
+                   w[f"{prefix}post_attention_layernorm.weight"].float().to(device), qkv, o, gate_up, down)
 
     def forward(self, x: torch.Tensor, rot: torch.Tensor, cache: KVCache, i: int,
                 mask: torch.Tensor | None, rows: tuple[torch.Tensor, ...] | None = None,
@@ -257,10 +266,13 @@ class LeanQwen2(torch.nn.Module):
     ``GRAPH_ROWS`` rows as a CUDA graph captured per row count (:mod:`specdec.graphs`).
     """
 
-    def __init__(self, config, weights: dict[str, torch.Tensor], make: MakeLinear,
+    def __init__(self, config, weights, make: MakeLinear | None,
                  embed_dtype: torch.dtype = torch.float32, head_rows: torch.Tensor | None = None,
                  device: torch.device | str = "cpu", static: bool = False, pad_rows: int = 0,
-                 graphs: bool = False, complex_rope: bool | None = None):
+                 graphs: bool = False, complex_rope: bool | None = None,
+                 restore: Callable[[dict, "torch.Tensor | None"], PackedLinear] | None = None):
+        """``weights``: transformers' names, each layer built by ``make``; or, with ``restore``
+        (state, bias) -> layer, a :meth:`packed_state` as saved, each layer rebuilt as it was."""
         super().__init__()
         self.config, self.shape = config, Qwen2Shape.from_config(config)
         s = self.shape
@@ -268,17 +280,20 @@ class LeanQwen2(torch.nn.Module):
         self.static, self.pad_rows, self.graphs = static, pad_rows, graphs
         # MPS has no complex multiply: there RoPE takes (cos, sin) as two real halves
         self.complex_rope = self.device.type != "mps" if complex_rope is None else complex_rope
-        self.embed = weights["model.embed_tokens.weight"].to(self.device, embed_dtype)   # (V, E)
-        self.layers = torch.nn.ModuleList(
-            Qwen2Layer(s, weights, make, f"model.layers.{i}.", self.device) for i in range(s.layers))
-        self.norm = weights["model.norm.weight"].float().to(self.device)
-        head = weights["lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"]  # tied
-        self.rows = head.shape[0]
-        # A draft may score only some tokens (``head_rows``, sorted ids): the others get logit -inf,
-        # so q(x) = 0 there and the draft never proposes them. q is still exactly the distribution
-        # it samples from, so the rule stays lossless; only acceptance can change.
-        self.head_rows = None if head_rows is None else head_rows.to(self.device)
-        self.head = make(head if head_rows is None else head[head_rows], None)
+        if restore is not None:
+            self._restore(weights, restore)
+        else:
+            self.embed = weights["model.embed_tokens.weight"].to(self.device, embed_dtype)   # (V, E)
+            self.layers = torch.nn.ModuleList(
+                Qwen2Layer.from_weights(s, weights, make, f"model.layers.{i}.", self.device) for i in range(s.layers))
+            self.norm = weights["model.norm.weight"].float().to(self.device)
+            head = weights["lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"]  # tied
+            self.rows = head.shape[0]
+            # A draft may score only some tokens (``head_rows``, sorted ids): the others get logit -inf,
+            # so q(x) = 0 there and the draft never proposes them. q is still exactly the distribution
+            # it samples from, so the rule stays lossless; only acceptance can change.
+            self.head_rows = None if head_rows is None else head_rows.to(self.device)
+            self.head = make(head if head_rows is None else head[head_rows], None)
         self.inv_freq = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim)
         # a captured graph reads the table where it was: a static model's never regrows
         self._rope_table(getattr(config, "max_position_embeddings", 1024) if static else 1024)
@@ -290,6 +305,45 @@ class LeanQwen2(torch.nn.Module):
         freqs = torch.outer(torch.arange(n, dtype=torch.float32), self.inv_freq)     # (n, D/2)
         rot = torch.polar(torch.ones_like(freqs), freqs)                              # (n, D/2) complex
         self.rot = (rot if self.complex_rope else torch.view_as_real(rot)).to(self.device)  # or (n, D/2, 2)
+
+    def packed_state(self):
+        """(name, tensor) of every weight exactly as it runs (the layers' own packed forms), in
+        the order :meth:`_restore` reads them back: what the cache saves once per precision."""
+        yield "embed", self.embed
+        yield "norm", self.norm
+        yield "rows", torch.tensor(self.rows)
+        if self.head_rows is not None:
+            yield "head_rows", self.head_rows
+        named = [(f"layers.{i}.{p}", getattr(layer, p)) for i, layer in enumerate(self.layers) for p in Qwen2Layer.PARTS]
+        for i, layer in enumerate(self.layers):
+            yield f"layers.{i}.attn_norm", layer.attn_norm
+            yield f"layers.{i}.mlp_norm", layer.mlp_norm
+        for name, lin in named + [("head", self.head)]:
+            for k, t in lin.state().items():
+                yield f"{name}.{k}", t
+            if lin.bias is not None:
+                yield f"{name}.bias", lin.bias
+
+    def _restore(self, state, restore) -> None:
+        dev = self.device
+
+        def layer(name: str) -> PackedLinear:
+            keys = [k for k in state.keys() if k.startswith(name + ".") and k != name + ".bias"]
+            parts = {k[len(name) + 1:]: state[k].to(dev) for k in keys}
+            return restore(parts, state[name + ".bias"].to(dev) if name + ".bias" in state else None)
+
+        self.embed, self.norm, self.rows = state["embed"].to(dev), state["norm"].to(dev), int(state["rows"])
+        self.head_rows = state["head_rows"].to(dev) if "head_rows" in state else None
+        names = [f"layers.{i}.{p}" for i in range(self.shape.layers) for p in Qwen2Layer.PARTS] + ["head"]
+        # Rebuilding a layer is a read plus the kernel's own weight packing (fbgemm's is single-threaded
+        # and most of a start), so the layers are rebuilt on as many threads as torch computes with.
+        with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+            built = dict(zip(names, pool.map(layer, names)))
+        n = len(Qwen2Layer.PARTS)
+        self.layers = torch.nn.ModuleList(
+            Qwen2Layer(self.shape, state[f"layers.{i}.attn_norm"].to(dev), state[f"layers.{i}.mlp_norm"].to(dev),
+                       *(built[name] for name in names[i * n:(i + 1) * n])) for i in range(self.shape.layers))
+        self.head = built["head"]
 
     def new_cache(self, capacity: int = 512) -> KVCache:
         return KVCache(self.shape, torch.float32, capacity, self.device, self.static)

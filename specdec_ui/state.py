@@ -5,6 +5,7 @@ No gradio here: the tier-1 tests drive all of it directly with tiny models.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -121,6 +122,7 @@ class Loader:
         try:
             self.pair = self.models.load(progress=self._progress)
             self.seconds, self.message = time.perf_counter() - t0, "models ready"
+            print(f"models ready in {self.seconds:.1f} s", file=sys.stderr, flush=True)  # the terminal's view
         except (ConfigError, ModelLoadError) as e:
             self.error = str(e)
 

@@ -89,8 +89,10 @@ def _exact_marginals(model, prompt, sampling, n):
 
 
 def test_multi_round_engine_emits_the_verifier_distribution():
+    """On the lean forward the real pair takes (float32; the exact marginals come from
+    transformers' model of the same weights); the hybrid test below runs transformers' forward."""
     target = tiny.model(1, scale=6)
-    pair = tiny.pair(target, tiny.noisy_copy(target, 2, 0.5))
+    pair = tiny.pair(tiny.lean(target), tiny.lean(tiny.noisy_copy(target, 2, 0.5), batch_invariant=False))
     pair.stop_ids = frozenset()  # EOS is an ordinary token here, so every run has n tokens
     sampling = SamplingConfig(0.8, top_k=20, top_p=0.95)
     prompt, n, runs = tiny.prompt_ids(5), 3, 1500

@@ -1,6 +1,11 @@
-"""Every notebook runs top to bottom on a fresh kernel, on the short budget, and its own assert
-cells hold. Notebooks that load the embedded pair are marked ``real`` (one kernel at a time);
-01 needs no model. Outputs are stripped from git."""
+"""Every notebook runs top to bottom on the short budget, and its own assert cells hold. Outputs
+are stripped from git.
+
+01 needs no model and runs on a fresh Jupyter kernel, as a learner's would. The notebooks that
+load the embedded pair (marked ``real``) run in a fresh IPython namespace **in this process**:
+their ``load_pair`` then finds the pair this session already loaded (the models are loaded once
+per test session, as everywhere else), instead of loading it again in five kernels.
+"""
 from pathlib import Path
 
 import nbformat
@@ -16,12 +21,47 @@ def _needs_models(path: Path) -> bool:
     return "load_pair" in text or "load_model" in text
 
 
+def run_in_this_process(nb) -> None:
+    """Each code cell in order in a fresh IPython namespace, its output recorded as a kernel's
+    would be; the first failing cell fails the test with its traceback. Pairs a notebook loads
+    beyond the session's default one are dropped afterwards, as a kernel's end would free them."""
+    import plotly.io as pio
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from specdec import models
+    shell = InteractiveShell.instance()
+    shell.reset(new_session=True)
+    pairs, renderer = set(models._PAIRS), pio.renderers.default
+    pio.renderers.default = "plotly_mimetype"  # fig.show() displays (captured), never opens a browser
+    try:
+        for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+            with capture_output() as out:
+                result = shell.run_cell(cell.source, store_history=False)
+            cell.outputs = [nbformat.v4.new_output("stream", name=n, text=t)
+                            for n, t in (("stdout", out.stdout), ("stderr", out.stderr)) if t]
+            cell.outputs += [nbformat.v4.new_output("display_data", data=o.data) for o in out.outputs]
+            if not result.success:
+                raise AssertionError(f"code cell {i} failed:\n{cell.source[:400]}\n---\n{out.stdout[-3000:]}")
+    finally:
+        pio.renderers.default = renderer
+        for key in set(models._PAIRS) - pairs:
+            del models._PAIRS[key]
+        shell.reset(new_session=True)
+
+
 @pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.real] if _needs_models(p) else [])
                                   for p in NOTEBOOKS], ids=lambda p: p.name)
-def test_notebook_executes_on_the_short_budget(path, monkeypatch):
+def test_notebook_executes_on_the_short_budget(path, monkeypatch, request):
     monkeypatch.setenv("SPECDEC_NOTEBOOK_BUDGET", "short")  # the kernel inherits this process's environment
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    if _needs_models(path):
+        request.getfixturevalue("real_pair")  # the session's pair, which the notebook's load_pair finds
+        monkeypatch.chdir(ROOT)
+        monkeypatch.syspath_prepend(str(ROOT))  # as a kernel started in ROOT has it: `import benchmarks`
+        run_in_this_process(nb)
+    else:
+        NotebookClient(nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert outputs and not any(o.get("output_type") == "error" for o in outputs)
     assert any("assert " in c.source for c in nb.cells if c.cell_type == "code"), "a notebook states its checks"

@@ -1,0 +1,147 @@
+"""Cached weight files: written one tensor at a time, checked before any byte is computed on.
+
+The format is safetensors (an 8-byte header length, a JSON header of names, dtypes, shapes and
+byte ranges, then the raw bytes), written and read here one tensor at a time, so that neither a
+write nor a read ever holds a second copy of a model in memory.
+
+**Never compute on bytes that were not read.** A file is written to ``*.partial`` and renamed
+into place only when complete, with a sidecar ``*.sha256`` holding the checksum of the bytes as
+they were written. Every open checks the file's size against its own header (a copy cut short
+by a full disk or an interrupted copy fails here), every read checks it got every byte it asked
+for, and the checksum is checked once per file state (a stamp of size and mtime records that it
+passed; a file that is rewritten in place gets a new mtime and is checked again). A failure is
+:class:`DamagedFile`, naming the file; :mod:`specdec.embedded` then rebuilds it from the GGUF.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8, "U8": torch.uint8,
+          "I32": torch.int32, "I64": torch.int64}
+NAMES = {v: k for k, v in DTYPES.items()}
+CHUNK = 1 << 24  # bytes hashed per read when checking a file
+
+
+class DamagedFile(OSError):
+    """A cached file is not what was written: truncated, altered, or without its checksum."""
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def write(path: Path, tensors: Iterable[tuple[str, torch.Tensor]], metadata: dict[str, str] | None = None) -> None:
+    """Write ``(name, tensor)`` pairs as one safetensors file, atomically, with its checksum."""
+    path = Path(path)
+    items = [(name, t.detach()) for name, t in tensors]
+    header, offset = {}, 0
+    for name, t in items:
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-aligned
+    digest = hashlib.sha256()
+    tmp = path.with_name(path.name + ".partial")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in (len(raw).to_bytes(8, "little"), raw):
+                digest.update(chunk)
+                f.write(chunk)
+            for _, t in items:
+                data = t.contiguous().cpu().reshape(-1).view(torch.uint8).numpy()  # a view: no copy
+                digest.update(data)
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # the file appears whole or not at all
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    stat = path.stat()
+    _sidecar(path).write_text(json.dumps({"sha256": digest.hexdigest(), "bytes": stat.st_size,
+                                          "checked": [stat.st_size, stat.st_mtime_ns]}))
+
+
+def check(path: Path) -> None:
+    """Raise :class:`DamagedFile` unless ``path`` is whole and its checksum (once per file state) matches."""
+    path = Path(path)
+    side = _sidecar(path)
+    try:
+        record = json.loads(side.read_text())
+    except (OSError, ValueError):
+        raise DamagedFile(f"{path}: its checksum file {side.name} is missing or unreadable") from None
+    size = path.stat().st_size
+    if size != record["bytes"]:
+        raise DamagedFile(f"{path}: {size} bytes on disk, {record['bytes']} written")
+    stamp = [size, path.stat().st_mtime_ns]
+    if record.get("checked") == stamp:
+        return
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    if digest.hexdigest() != record["sha256"]:
+        raise DamagedFile(f"{path}: its bytes changed since it was written (sha256 {digest.hexdigest()[:12]}..., "
+                          f"written {record['sha256'][:12]}...)")
+    side.write_text(json.dumps({**record, "checked": stamp}))
+
+
+class Reader:
+    """One tensor at a time with plain reads (memory-mapping a large file would count its pages as
+    resident memory while the layers are built). The size is checked against the header on open,
+    and every read must return every byte of its tensor."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        size = self.path.stat().st_size
+        with open(self.path, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if not 0 < n <= size - 8:
+                raise DamagedFile(f"{self.path}: not a safetensors file (header length {n}, file {size} bytes)")
+            try:
+                header = json.loads(f.read(n))
+            except ValueError:
+                raise DamagedFile(f"{self.path}: its header is not valid JSON") from None
+        self.metadata = header.pop("__metadata__", {})
+        self.header = header
+        self.base = 8 + n
+        end = max((v["data_offsets"][1] for v in header.values()), default=0)
+        if size != self.base + end:
+            raise DamagedFile(f"{self.path}: {size} bytes, its header describes {self.base + end}")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.header
+
+    def keys(self):
+        return self.header.keys()
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        info = self.header[key]
+        start, end = info["data_offsets"]
+        out = torch.empty(info["shape"], dtype=DTYPES[info["dtype"]])
+        want = out.numel() * out.element_size()
+        if end - start != want:
+            raise DamagedFile(f"{self.path}: tensor {key} has a corrupt header entry")
+        with open(self.path, "rb") as f:
+            f.seek(self.base + start)
+            got = f.readinto(out.reshape(-1).view(torch.uint8).numpy()) if want else 0
+        if got != want:
+            raise DamagedFile(f"{self.path}: read {got} of the {want} bytes of {key}")
+        return out
+
+
+def remove(path: Path) -> None:
+    """Delete a cached file and its checksum."""
+    for p in (Path(path), _sidecar(Path(path))):
+        p.unlink(missing_ok=True)
