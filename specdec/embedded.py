@@ -205,10 +205,11 @@ def metadata(spec: EmbeddedModel, progress: Progress | None = None) -> Path:
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
     root = model_root(spec)
     meta = root / "meta"
-    try:
-        for name in META_FILES:
-            json.loads((meta / name).read_text())
-        return meta
+    try:  # every file at the size it was written (a stat each: the 7 MB tokenizer is parsed once, by its loader)
+        sizes = json.loads((meta / "files.json").read_text())
+        if set(sizes) == set(META_FILES) and all((meta / n).stat().st_size == b for n, b in sizes.items()):
+            return meta
+        raise ValueError("files cut short or missing")
     except (OSError, ValueError):  # missing or damaged: made again from the header, which takes seconds
         if progress and meta.exists():
             progress(0.01, f"{spec.name}: {meta} is damaged; reading the GGUF header again")
@@ -233,6 +234,7 @@ def metadata(spec: EmbeddedModel, progress: Progress | None = None) -> Path:
         tokenizer.save_pretrained(tmp)
         GenerationConfig.from_model_config(config).save_pretrained(tmp)
         (tmp / "tensors.json").write_text(json.dumps(table))
+        (tmp / "files.json").write_text(json.dumps({n: (tmp / n).stat().st_size for n in META_FILES}))
         os.replace(tmp, meta)  # the directory appears whole or not at all
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -324,8 +326,3 @@ def gguf_file(spec: EmbeddedModel, progress: Progress | None = None) -> Path:
     on demand into the cache, where ``python -m specdec cache`` shows it and ``cache clear`` removes it."""
     return assemble_gguf(spec, model_root(spec), progress)
 
-
-def convert_embedded(spec: EmbeddedModel, progress: Progress | None) -> Path:
-    """The directory with the model's config and tokenizer (the weights stay in the GGUF parts
-    and in the packed files next to it)."""
-    return metadata(spec, progress)

@@ -314,8 +314,11 @@ class Int8WeightOnlyLinear(PackedLinear):
         return {"qweight": self.qweight, "scales": self.scales.float()}
 
     @classmethod
-    def from_state(cls, state, bias):
-        return cls(state["qweight"], state["scales"], bias)
+    def from_state(cls, state, bias, dtype: torch.dtype = torch.bfloat16):
+        return cls(state["qweight"], state["scales"], bias, dtype)
+
+    def _options(self):
+        return {"dtype": self.dtype}
 
     def _matmul(self, x):
         y = torch._weight_int8pack_mm(x.to(self.dtype), self.qweight, self.scales).float()

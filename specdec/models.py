@@ -20,7 +20,7 @@ from .config import ConfigError, DecodeConfig, validate_prompt
 from .devices import resolve_device
 from . import packed
 from .embedded import (EMBEDDED, DEFAULT_DRAFT, DEFAULT_TARGET, GGUFWeights, ModelLoadError, Progress,
-                       convert_embedded, model_root, transformers_model)
+                       metadata, model_root, transformers_model)
 from .kernels import PackedLinear
 from .precision import Precision, choose, choose_draft
 
@@ -138,14 +138,14 @@ def load_model(name: str, device: torch.device, precision: Precision, role: str,
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     on_cpu = device.type == "cpu"
-    if name.removeprefix(TRANSFORMERS) in EMBEDDED and name.startswith(TRANSFORMERS):
+    if name.startswith(TRANSFORMERS) and name.removeprefix(TRANSFORMERS) in EMBEDDED:
+        spec = EMBEDDED[name.removeprefix(TRANSFORMERS)]
         if progress:
-            progress(0.3, f"{role}: building transformers' model of {name.removeprefix(TRANSFORMERS)} from its GGUF")
-        model, tokenizer = transformers_model(EMBEDDED[name.removeprefix(TRANSFORMERS)],
-                                              torch.float32 if on_cpu else precision.dense_dtype)
+            progress(0.3, f"{role}: building transformers' model of {spec.name} from its GGUF")
+        model, tokenizer = transformers_model(spec, torch.float32 if on_cpu else precision.dense_dtype)
         return _finish_transformers(model, tokenizer, name, device, precision, role)
     if name in EMBEDDED:
-        meta = convert_embedded(EMBEDDED[name], progress)
+        meta = metadata(EMBEDDED[name], progress)
         config = AutoConfig.from_pretrained(str(meta))
         if not qwen2.supports(config):
             raise ModelLoadError(f"{name}: an embedded model must be plain Qwen2 for the lean forward")
@@ -348,7 +348,7 @@ def model_config(name: str, progress: Progress | None = None):
     directory or GGUF file, or a hub id."""
     from transformers import AutoConfig
     if name.removeprefix(TRANSFORMERS) in EMBEDDED:
-        return AutoConfig.from_pretrained(str(convert_embedded(EMBEDDED[name.removeprefix(TRANSFORMERS)], progress)))
+        return AutoConfig.from_pretrained(str(metadata(EMBEDDED[name.removeprefix(TRANSFORMERS)], progress)))
     path = Path(name).expanduser()
     try:
         if path.is_file() and path.suffix == ".gguf":

@@ -61,43 +61,38 @@ class Precision:
         """dtype of the parts that stay dense (embeddings) and of the model on a GPU."""
         return {"float32": torch.float32, "float16": torch.float16}.get(self.name, torch.bfloat16)
 
+    def _kernel(self, device: torch.device, batch_invariant: bool) -> tuple[type[PackedLinear], dict, dict]:
+        """The layer class of this representation on ``device``, with the options its
+        ``from_weight`` and its ``from_state`` take: one choice for building and restoring alike."""
+        if device.type != "cpu":
+            if self.name == "int8":  # activations in the device's half precision
+                half = torch.bfloat16 if device.type == "cuda" else torch.float16
+                return Int8WeightOnlyLinear, {"device": device, "dtype": half}, {"dtype": half}
+            return DenseLinear, {"dtype": self.dense_dtype, "device": device}, {}
+        if self.name in ("float32", "bfloat16"):
+            transposed = self.transposed and self.name == "float32"
+            return DenseLinear, {"dtype": getattr(torch, self.name), "transposed": transposed}, {"transposed": transposed}
+        if self.name == "int8":
+            kernel = Int8DnnLinear if self.kernel == "onednn" else Int8Linear
+            return kernel, {"batch_invariant": batch_invariant}, {"batch_invariant": batch_invariant}
+        return {"float16": Fp16Linear, "int4": Int4Linear}[self.name], {}, {}
+
     def linear(self, weight: torch.Tensor, bias: torch.Tensor | None, batch_invariant: bool = True,
                device: torch.device = torch.device("cpu")) -> PackedLinear:
         """The layer for a float weight (out, in) in this representation, on ``device``.
         ``batch_invariant`` matters for the CPU's int8 only: the verifier needs it (see
         :class:`Int8Linear`), the draft does not. On a GPU the dense ones are plain device
         tensors, and int8 is weight-only (:class:`Int8WeightOnlyLinear`)."""
-        weight = weight.float()
-        if device.type != "cpu":
-            bias = None if bias is None else bias.float().to(device)
-            if self.name == "int8":  # activations in the device's half precision
-                half = torch.bfloat16 if device.type == "cuda" else torch.float16
-                return Int8WeightOnlyLinear.from_weight(weight, bias, device=device, dtype=half)
-            return DenseLinear.from_weight(weight, bias, self.dense_dtype, device=device)
-        if self.name == "float32":
-            return DenseLinear.from_weight(weight, bias, torch.float32, self.transposed)
-        if self.name == "bfloat16":
-            return DenseLinear.from_weight(weight, bias, torch.bfloat16)
-        if self.name == "int8":
-            kernel = Int8DnnLinear if self.kernel == "onednn" else Int8Linear
-            return kernel.from_weight(weight, bias, batch_invariant)
-        return {"float16": Fp16Linear, "int4": Int4Linear}[self.name].from_weight(weight, bias)
-
+        if device.type != "cpu" and bias is not None:
+            bias = bias.float().to(device)
+        kernel, options, _ = self._kernel(device, batch_invariant)
+        return kernel.from_weight(weight.float(), bias, **options)
 
     def restore(self, state: dict[str, torch.Tensor], bias: torch.Tensor | None, batch_invariant: bool = True,
                 device: torch.device = torch.device("cpu")) -> PackedLinear:
         """The layer :meth:`linear` built, from its saved ``state()`` (on ``device`` already)."""
-        if device.type != "cpu":
-            if self.name == "int8":
-                return Int8WeightOnlyLinear(state["qweight"], state["scales"], bias,
-                                            torch.bfloat16 if device.type == "cuda" else torch.float16)
-            return DenseLinear.from_state(state, bias)
-        if self.name in ("float32", "bfloat16"):
-            return DenseLinear.from_state(state, bias, transposed=self.transposed and self.name == "float32")
-        if self.name == "int8":
-            kernel = Int8DnnLinear if self.kernel == "onednn" else Int8Linear
-            return kernel.from_state(state, bias, batch_invariant)
-        return {"float16": Fp16Linear, "int4": Int4Linear}[self.name].from_state(state, bias)
+        kernel, _, options = self._kernel(device, batch_invariant)
+        return kernel.from_state(state, bias, **options)
 
     def cache_key(self, device: torch.device) -> str:
         """Which saved layers this precision can rebuild: the representation (int8's two kernels

@@ -34,21 +34,21 @@ def _size(path: Path) -> int:
     return sum(p.lstat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
 
 
-def _describe(path: Path) -> tuple[str, bool]:
+def _describe(path: Path) -> str:
     name = path.name
     if name == "meta":
-        return "config, tokenizer and tensor table (from the GGUF header)", True
+        return "config, tokenizer and tensor table (from the GGUF header)"
     if name.startswith("packed-") and name.endswith(".safetensors"):
-        return f"layers as they run: {name.removeprefix('packed-').removesuffix('.safetensors')}", True
+        return f"layers as they run: {name.removeprefix('packed-').removesuffix('.safetensors')}"
     if name.endswith(".sha256"):
-        return "checksum of the file beside it", True
+        return "checksum of the file beside it"
     if name == "model.gguf":
-        return "assembled GGUF, for llama.cpp benchmarks only", True
+        return "assembled GGUF, for llama.cpp benchmarks only"
     if name == "converted-float32":
-        return "old layout (specdec 0.3.0): removed on the next load", True
+        return "old layout (specdec 0.3.0): removed on the next load"
     if name.endswith(".partial") or name.startswith(".meta-"):
-        return "left by an interrupted run: never used", True
-    return "unknown", True
+        return "left by an interrupted run: never used"
+    return "unknown"
 
 
 def inventory(root: Path | None = None) -> list[Entry]:
@@ -59,9 +59,7 @@ def inventory(root: Path | None = None) -> list[Entry]:
     out = []
     for top in sorted(root.iterdir()):
         if top.name in names and top.is_dir():
-            for p in sorted(top.iterdir()):
-                what, model = _describe(p)
-                out.append(Entry(p, _size(p), f"{names[top.name]}: {what}", model))
+            out += [Entry(p, _size(p), f"{names[top.name]}: {_describe(p)}", True) for p in sorted(top.iterdir())]
         elif top.name == "calibration":
             out.append(Entry(top, _size(top), "kernel timings of this machine (about two minutes to redo)", False))
         elif top.name.startswith("llama.cpp-"):
