@@ -13,9 +13,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 
-$(VENV)/.runtime: requirements.txt pyproject.toml | $(PY)
+# The package's build compiles specdec's C++ kernels against the torch just installed (hence no
+# build isolation); without a compiler it installs without them and says so at run time.
+$(VENV)/.runtime: requirements.txt pyproject.toml setup.py specdec/csrc/qlinear.cpp | $(PY)
 	$(PY) -m pip install -r requirements.txt
-	$(PY) -m pip install --no-deps -e .
+	$(PY) -m pip install --no-deps --no-build-isolation -e .
 	touch $@
 
 $(VENV)/.dev: requirements-dev.txt requirements.txt $(VENV)/.runtime

@@ -42,12 +42,20 @@ def machine(device: torch.device) -> dict:
         "commit": commit + ("-dirty" if dirty else ""),
         "hardware": {"cpu": cpu["model"], "cpu_flags": cpu["flags"], "torch_isa": cpu["isa"],
                      "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "accelerator": accel},
-        "cpu_slug": re.sub(r"[^a-z0-9]+", "-", f"{device.type} {cpu['model'] if device.type == 'cpu' else accel}"
-                           .lower()).strip("-"),
+        "cpu_slug": re.sub(r"[^a-z0-9]+", "-", (f"{device.type} {cpu['model']} {cpu_family(cpu['flags'])}"
+                                                if device.type == "cpu" else f"{device.type} {accel}").lower()).strip("-"),
         "device": str(device),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},
     }
+
+
+def cpu_family(flags: list[str]) -> str:
+    """What tells machines of one model name apart (an AMD EPYC is a Zen 3 with AVX2 only, or a Zen 4
+    with AVX-512 VNNI; a Xeon shows AMX or has it hidden by its hypervisor): the widest integer path."""
+    flags = set(flags)
+    return ("amx" if "amx_int8" in flags else "avx512-vnni" if "avx512_vnni" in flags else
+            "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "baseline")
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -3,8 +3,15 @@ of wall time outside model forwards, and the cost of one forward split into a fi
 part per token, time(L) = a + b*L, fitted over L new tokens on top of a fixed context. A small b/a
 is why verifying K+1 tokens in one forward costs little more than decoding one.
 
+Against the physical limit: the machine's memory-read bandwidth (a 1.6 GB float32 sum on torch's
+threads, measured before, between and after the fits: these shared machines drift), and each
+model's one-row forward over ``weight bytes / bandwidth``, the time just reading its weights takes.
+``--kernels`` fits every integer kernel variant here for both models too, their forwards timed in
+turn (all variants loaded at once), so a change in machine load hits them alike.
+
     python -m benchmarks.profile           # 4 prompts x 64 tokens; L = 1..16, 11 reps
     python -m benchmarks.profile --quick   # 2 prompts x 32 tokens; L = 1..8, 7 reps
+    python -m benchmarks.profile --kernels # and a fit per kernel variant, both models
     python -m benchmarks.profile --tiny    # tiny random models: checks the script, measures nothing
 """
 from __future__ import annotations
@@ -16,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from benchmarks import tiny_pair
 from benchmarks.common import environment, write_json
@@ -23,6 +31,7 @@ from benchmarks.sweep import pooled, run
 from benchmarks.throughput import CODE
 from specdec import DecodeConfig
 from specdec.cache import CachedLM
+from specdec.kernels import PackedLinear
 from specdec.settings import add_model_arguments
 
 CONTEXT = 200  # tokens already in the cache when the timed forward starts (levers.py uses it too)
@@ -58,6 +67,66 @@ def forward_times(model, vocab: int, lengths: list[int], reps: int) -> list[list
                  lambda n: lm.forward(ids[CONTEXT:CONTEXT + n], keep=n), lengths, reps)
 
 
+def bandwidth_gb_s(gigabytes: float = 1.6, reps: int = 7) -> float:
+    """Memory-read bandwidth on torch's threads: the fastest of ``reps`` sums over a float32 tensor
+    far larger than any cache (a read cannot beat the memory, so the fastest is the best estimate)."""
+    x = torch.ones(int(gigabytes * 1e9) // 4)
+    x.sum()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t0)
+    return gigabytes / best
+
+
+def weight_bytes(model) -> int:
+    """The bytes a one-row forward reads: every matmul's weights (an embedding row is negligible)."""
+    return sum(m.nbytes() for m in model.modules() if isinstance(m, PackedLinear))
+
+
+def against_bandwidth(cost: dict, model, gb_s: float) -> dict:
+    """A fit with the model's weight bytes, their read time at ``gb_s``, and the one-row forward over it."""
+    nbytes = weight_bytes(model)
+    limit_ms = nbytes / gb_s / 1e6 if nbytes else None  # (transformers' own Linear layers: not counted)
+    one = dict(zip(cost["lengths"], cost["median_ms"])).get(1)
+    return {**cost, "weight_bytes": nbytes, "read_ms_at_bandwidth": limit_ms,
+            "one_row_vs_read": one / limit_ms if one and limit_ms else None}
+
+
+def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
+    """time(L) fits per integer kernel variant here, per model: every variant of a model loaded at
+    once and their forwards interleaved (rep by rep, variant by variant, L by L)."""
+    from specdec.models import load_model
+    from specdec.precision import cpu_variants
+    variants = [v for v in cpu_variants() if v.name in ("int8", "int4")]
+    out = {}
+    for role, name in (("verifier", pair.target_name), ("draft", pair.draft_name)):
+        lms, times = {}, {}
+        for v in variants:
+            model, _ = load_model(name, pair.device, v, "target" if role == "verifier" else "draft")
+            lm = CachedLM(model, pair.vocab_size)
+            ids = context_ids(pair.vocab_size, lengths)
+            lm.prefill(ids[:CONTEXT])
+            lms[v.label] = (lm, ids, model)
+            times[v.label] = {n: [] for n in lengths}
+        for rep in range(reps + 1):
+            for label, (lm, ids, _) in lms.items():
+                for n in lengths:
+                    lm.rollback(ids[:CONTEXT + 1])
+                    t0 = time.perf_counter()
+                    lm.forward(ids[CONTEXT:CONTEXT + n], keep=n)
+                    if rep:
+                        times[label][n].append(time.perf_counter() - t0)
+        out[role] = {label: {**fit(lengths, [times[label][n] for n in lengths], k),
+                             "weight_bytes": weight_bytes(lms[label][2])} for label in lms}
+        for label, f in out[role].items():
+            log(f"{role:9s} {label:14s} a = {f['a_ms']:.2f} ms, b = {f['b_ms_per_token']:.3f} ms/token, "
+                f"K+1 vs 1 = {f[f'verify_vs_decode_k{k}']:.2f}")
+        del lms
+    return out
+
+
 def fit(lengths: list[int], samples: list[list[float]], k: int) -> dict:
     """Least squares time(L) = a + b*L on the median of each L's samples (seconds), in ms, with R^2
     and the raw times. The median, not the mean: on a busy machine a few reps are preempted.
@@ -73,14 +142,18 @@ def fit(lengths: list[int], samples: list[list[float]], k: int) -> dict:
             "samples_ms": [[round(t * 1e3, 4) for t in s] for s in samples]}
 
 
-def forward_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
-    """The fit for the verifier and, if the pair has one, the draft model."""
+def forward_costs(pair, lengths: list[int], reps: int, k: int, log, gb_s: float | None = None) -> dict:
+    """The fit for the verifier and, if the pair has one, the draft model; with ``gb_s`` (the
+    memory bandwidth) each also against the time its weights take to read."""
     models = {"verifier": pair.target} | ({"draft": pair.draft} if pair.draft is not None else {})
     out = {}
     for role, model in models.items():
         out[role] = fit(lengths, forward_times(model, pair.vocab_size, lengths, reps), k)
+        if gb_s:
+            out[role] = against_bandwidth(out[role], model, gb_s)
         log(f"{role:9s} forward: a = {out[role]['a_ms']:.2f} ms, b = {out[role]['b_ms_per_token']:.3f} ms/token, "
-            f"R^2 = {out[role]['r2']:.3f}")
+            f"R^2 = {out[role]['r2']:.3f}" + (f", one row {out[role]['one_row_vs_read']:.2f}x its weights' read time"
+                                              if out[role].get("one_row_vs_read") else ""))
     return out
 
 
@@ -100,6 +173,7 @@ def setup(argv, description: str, full_tokens: int, tiny_help: str, k_help: str 
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens; L = 1..8, 7 reps")
     ap.add_argument("--tiny", action="store_true", help=tiny_help)
+    ap.add_argument("--kernels", action="store_true", help="also fit every integer kernel variant, both models")
     ap.add_argument("--k", type=int, default=defaults.k, help=k_help)
     ap.add_argument("--confidence", type=float, default=defaults.confidence)
     ap.add_argument("--out", default=None)
@@ -123,7 +197,18 @@ def main(argv=None) -> int:
         r = runs[name]
         log(f"{name:26s} {r['tok_s']:7.2f} tok/s  forwards {r['forward_share']:.0%} of wall time  "
             + "  ".join(f"{ph} {share:.0%}" for ph, share in r["phase_share"].items()))
-    costs = forward_costs(pair, lengths, reps, args.k, log)
+    probe = lambda: bandwidth_gb_s(0.1 if args.tiny else 1.6)  # noqa: E731
+    bandwidth = [probe()]
+    log(f"memory-read bandwidth: {bandwidth[-1]:.1f} GB/s")
+    costs = forward_costs(pair, lengths, reps, args.k, log, max(bandwidth))
+    bandwidth.append(probe())
+    kernels = kernel_costs(pair, lengths, reps, args.k, log) if args.kernels and not args.tiny else None
+    if kernels:
+        bandwidth.append(probe())
+    log(f"memory-read bandwidth: {', '.join(f'{b:.1f}' for b in bandwidth)} GB/s")
+    for role, model in (("verifier", pair.target), ("draft", pair.draft)):
+        if model is not None:  # against the best bandwidth seen: the physical limit, not a busy moment's
+            costs[role] = against_bandwidth(costs[role], model, max(bandwidth))
 
     out = Path(args.out or tiny_pair.default_out("profile", env, args.tiny))
     write_json(out, {"benchmark": "profile", **env, "quick": args.quick, "tiny": args.tiny,
@@ -131,7 +216,7 @@ def main(argv=None) -> int:
                      "settings": {"k": args.k, "confidence": args.confidence, "max_new_tokens": n,
                                   "prompts": [label for label, _ in prompts], "context": CONTEXT,
                                   "lengths": lengths, "reps": reps},
-                     "runs": runs, "forward_cost": costs})
+                     "bandwidth_gb_s": bandwidth, "runs": runs, "forward_cost": costs, "kernels": kernels})
     log(f"wrote {out}")
     return 0
 

@@ -75,17 +75,20 @@ def explain(pair, prompt_ids: list[int], baseline: list[int], speculative: list[
 
 def how_exact(pair) -> str:
     """One line: how this pair's verifier gives greedy output equal to verifier-only, and where not."""
+    from .kernels import PackedLinear
     from .qwen2 import LeanQwen2
     v = pair.target
     if not isinstance(v, LeanQwen2):
         return ("transformers' forward, not batch-invariant: at T = 0 speculative output can part from verifier-only "
                 "at a near-tie of the verifier's logits; Compare says where and whether it was one")
-    if not v.static and pair.precision.name == "int8":
-        return ("bit for bit: batch-invariant int8 layers (per-row scales, exact integer sums) and attention row by "
-                "row, so a K+1-row verification computes what K+1 one-token forwards compute")
+    layers = [m for m in v.modules() if isinstance(m, PackedLinear)]
+    if not v.static and all(m.invariant for m in layers):
+        return (f"bit for bit: batch-invariant {pair.precision.label} layers (per-row activation scales, exact integer "
+                "sums, float sums in a fixed order) and attention row by row, so a K+1-row verification computes "
+                "what K+1 one-token forwards compute")
     if not v.static:
-        return (f"up to rounding: {pair.precision.name} GEMMs may sum a K+1-row verification in another order than "
-                "a one-row forward (int8 is exact); Compare says where outputs part and whether at a near-tie")
+        return (f"up to rounding: {pair.precision.label} GEMMs may sum a K+1-row verification in another order than "
+                "a one-row forward; Compare says where outputs part and whether at a near-tie")
     graphs = " as CUDA graphs" if v.graphs else ""
     return (f"bit for bit up to K = {v.pad_rows - 1} (trees up to {v.pad_rows - 1} nodes): every verifier forward "
             f"runs padded to {v.pad_rows} rows{graphs}, so verification and verifier-only decoding run the same "

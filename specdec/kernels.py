@@ -40,6 +40,8 @@ class PackedLinear(torch.nn.Module):
     ``state`` round-trips the weights (the bias travels separately)."""
 
     kind = "?"
+    keeps_state = False  # whether from_state runs on the given tensors as they are (a mapped file's pages)
+    invariant = False    # whether a row's result is bitwise independent of the other rows of its call
 
     def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None):
         super().__init__()
@@ -67,6 +69,20 @@ class PackedLinear(torch.nn.Module):
         """(rows, in) float32 -> (rows, out) float32 with the bias added."""
         raise NotImplementedError
 
+    def fused(self, x: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None, gated: bool = False,
+              residual: torch.Tensor | None = None) -> torch.Tensor:
+        """A transformer layer's steps around this matmul, (rows, in) -> (rows, out): first
+        ``gated`` (x is (rows, 2 in): silu(x[:, :in]) * x[:, in:]), then ``norm`` = (weight, eps)
+        (rms_norm), the matmul, then ``+ residual``. Here in torch ops; a kernel may do them in
+        its own pass (:class:`specdec.native.NativeInt8Linear`)."""
+        if gated:
+            g, u = x.chunk(2, -1)
+            x = F.silu(g) * u
+        if norm is not None:
+            x = F.rms_norm(x, (x.shape[-1],), norm[0], norm[1])
+        y = self(x)
+        return y if residual is None else residual + y
+
     def _options(self) -> dict:
         """The keyword arguments of ``from_state`` that rebuild this very variant."""
         return {}
@@ -84,6 +100,8 @@ class PackedLinear(torch.nn.Module):
 
 class DenseLinear(PackedLinear):
     """float32 or bfloat16 weights; ``transposed`` computes (W @ x^T)^T for small row counts."""
+
+    keeps_state = True
 
     def __init__(self, weight: torch.Tensor, bias, transposed: bool = False):
         super().__init__(weight.shape[1], weight.shape[0], bias)
@@ -129,6 +147,10 @@ class _Int8(PackedLinear):
 
     def _options(self):
         return {"batch_invariant": self.batch_invariant}
+
+    @property
+    def invariant(self) -> bool:
+        return self.batch_invariant
 
 
 class Int8Linear(_Int8):

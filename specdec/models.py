@@ -6,6 +6,7 @@ shared id, and each model's KV cache must be able to roll back (the engine crops
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import socket
 import sys
 import threading
@@ -61,7 +62,7 @@ def lean_options(device: torch.device, role: str) -> dict:
 
 
 TRANSFORMERS = "transformers:"  # "transformers:embedded:...": an embedded model on transformers' own forward
-PACK_FORMAT = 1  # bump when packed_state's names or a layer's state change: older files are rebuilt
+PACK_FORMAT = 2  # bump when packed_state's names or a layer's state change: older files are rebuilt
 
 
 def _say(progress: Progress | None, fraction: float, message: str) -> None:
@@ -81,8 +82,8 @@ def _load_lean(spec, meta: Path, config, precision: Precision, name: str, role: 
                draft_vocab: int = 0, device: torch.device = torch.device("cpu"), keep: bool = False):
     """The embedded model on the lean forward: its packed layers from the cache when they are whole
     (checked, :mod:`specdec.packed`), else packed from the GGUF parts one tensor at a time and saved."""
-    from transformers import AutoTokenizer, GenerationConfig
-    tokenizer = AutoTokenizer.from_pretrained(str(meta))
+    from transformers import GenerationConfig
+    tokenizer = _tokenizer(meta)
     invariant = role == "target"
     options = dict(device=device, **lean_options(device, role))
     path = packed_file(spec, precision, device, draft_vocab if role == "draft" else 0)
@@ -92,7 +93,7 @@ def _load_lean(spec, meta: Path, config, precision: Precision, name: str, role: 
             progress(0.4, f"{name}: loading its {precision.name} layers from the cache")
         try:
             packed.check(path)
-            model = qwen2.LeanQwen2(config, packed.Reader(path), None,
+            model = qwen2.LeanQwen2(config, packed.Reader(path, mapped=precision.maps_saved(device)), None,
                                     restore=partial(precision.restore, batch_invariant=invariant, device=device),
                                     **options)
         except packed.DamagedFile as e:
@@ -114,6 +115,22 @@ def _load_lean(spec, meta: Path, config, precision: Precision, name: str, role: 
                     packed.remove(old)
     model.generation_config = GenerationConfig.from_pretrained(str(meta))
     return model, tokenizer
+
+
+_TOKENIZERS: dict[str, object] = {}
+
+
+def _tokenizer(meta: Path):
+    """The tokenizer of an embedded model's ``meta``, loaded once per content: the embedded pair
+    ships the very same tokenizer files, and parsing them is a second of every start."""
+    from transformers import AutoTokenizer
+    digest = hashlib.sha256()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        digest.update((meta / name).read_bytes())
+    key = digest.hexdigest()
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = AutoTokenizer.from_pretrained(str(meta))
+    return _TOKENIZERS[key]
 
 
 def _pack_linears(model: torch.nn.Module, precision: Precision, batch_invariant: bool) -> None:
@@ -191,6 +208,8 @@ def check_compatible(target_tok, draft_tok, target_rows: int, draft_rows: int) -
     V counts real tokens only: output rows beyond the tokenizer (Qwen pads its output layer to a
     multiple of 128) are padding, never a token, so p and q alike are cut to V and no padding id
     can be sampled."""
+    if target_tok is draft_tok:  # one tokenizer (the embedded pair's): only the output rows can differ
+        return _real_rows(len(target_tok), target_rows, draft_rows)
     shared = min(len(target_tok), len(draft_tok))
     t_ids = target_tok.convert_ids_to_tokens(list(range(shared)))
     d_ids = draft_tok.convert_ids_to_tokens(list(range(shared)))
@@ -198,7 +217,10 @@ def check_compatible(target_tok, draft_tok, target_rows: int, draft_rows: int) -
     if mismatch is not None:
         raise ModelLoadError(f"draft and target tokenizers disagree at id {mismatch} "
                              f"({d_ids[mismatch]!r} vs {t_ids[mismatch]!r}): pick a draft from the target's family")
-    real = max(len(target_tok), len(draft_tok))
+    return _real_rows(max(len(target_tok), len(draft_tok)), target_rows, draft_rows)
+
+
+def _real_rows(real: int, target_rows: int, draft_rows: int) -> int:
     if min(target_rows, draft_rows) < real:
         raise ModelLoadError(f"draft and target vocabularies differ in real tokens ({draft_rows} vs {target_rows} "
                              f"rows for {real} tokens), not just in padding rows")

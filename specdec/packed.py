@@ -1,8 +1,11 @@
 """Cached weight files: written one tensor at a time, checked before any byte is computed on.
 
 The format is safetensors (an 8-byte header length, a JSON header of names, dtypes, shapes and
-byte ranges, then the raw bytes), written and read here one tensor at a time, so that neither a
-write nor a read ever holds a second copy of a model in memory.
+byte ranges, then the raw bytes), written here one tensor at a time, so that a write never holds a
+second copy of a model in memory. Every tensor starts on a 64-byte boundary of the file (the gaps
+are ``__padding.N`` entries, so the file stays valid safetensors), so a reader can **map** the
+file and hand out tensors that are the file's own pages: layers whose runtime form is what was
+saved (:mod:`specdec.native`) start without reading or repacking anything.
 
 **Never compute on bytes that were not read.** A file is written to ``*.partial`` and renamed
 into place only when complete, with a sidecar ``*.sha256`` holding the checksum of the bytes as
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 from pathlib import Path
 from typing import Iterable
@@ -26,6 +30,8 @@ DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I
           "I32": torch.int32, "I64": torch.int64}
 NAMES = {v: k for k, v in DTYPES.items()}
 CHUNK = 1 << 24  # bytes hashed per read when checking a file
+ALIGN = 64       # every tensor's first byte, in the file: a cache line, a page-aligned mapping keeps it
+PADDING = "__padding."
 
 
 class DamagedFile(OSError):
@@ -39,16 +45,22 @@ def _sidecar(path: Path) -> Path:
 def write(path: Path, tensors: Iterable[tuple[str, torch.Tensor]], metadata: dict[str, str] | None = None) -> None:
     """Write ``(name, tensor)`` pairs as one safetensors file, atomically, with its checksum."""
     path = Path(path)
-    items = [(name, t.detach()) for name, t in tensors]
-    header, offset = {}, 0
-    for name, t in items:
+    items, offset = [], 0
+    header: dict = {"__metadata__": {k: str(v) for k, v in (metadata or {}).items()}}
+    for name, t in tensors:
+        if offset % ALIGN:
+            gap = ALIGN - offset % ALIGN
+            pad = torch.zeros(gap, dtype=torch.uint8)
+            items.append((f"{PADDING}{len(items)}", pad))
+            header[items[-1][0]] = {"dtype": "U8", "shape": [gap], "data_offsets": [offset, offset + gap]}
+            offset += gap
+        t = t.detach()
         n = t.numel() * t.element_size()
+        items.append((name, t))
         header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
         offset += n
-    if metadata:
-        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
     raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data starts 8-aligned
+    raw += b" " * (-(8 + len(raw)) % ALIGN)  # the data starts on an ALIGN boundary
     digest = hashlib.sha256()
     tmp = path.with_name(path.name + ".partial")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,11 +109,14 @@ def check(path: Path) -> None:
 
 
 class Reader:
-    """One tensor at a time with plain reads (memory-mapping a large file would count its pages as
-    resident memory while the layers are built). The size is checked against the header on open,
-    and every read must return every byte of its tensor."""
+    """The tensors of a file, by name. The size is checked against the header on open.
 
-    def __init__(self, path: Path):
+    By default each tensor is read into memory of its own, and every read must return every byte
+    of it (for layers that repack what they read: a mapping would keep the file's pages resident
+    beside the repacked copy). With ``mapped`` the tensors are views of the file mapped
+    copy-on-write: no read and no copy, the pages come in as a forward first touches them."""
+
+    def __init__(self, path: Path, mapped: bool = False):
         self.path = Path(path)
         size = self.path.stat().st_size
         with open(self.path, "rb") as f:
@@ -114,11 +129,18 @@ class Reader:
             except ValueError:
                 raise DamagedFile(f"{self.path}: its header is not valid JSON") from None
         self.metadata = header.pop("__metadata__", {})
-        self.header = header
         self.base = 8 + n
         end = max((v["data_offsets"][1] for v in header.values()), default=0)
         if size != self.base + end:
             raise DamagedFile(f"{self.path}: {size} bytes, its header describes {self.base + end}")
+        self.header = {k: v for k, v in header.items() if not k.startswith(PADDING)}
+        self._bytes = None
+        if mapped and size:
+            with open(self.path, "rb") as f:
+                view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # private: nothing writes the file
+            if hasattr(view, "madvise"):
+                view.madvise(mmap.MADV_WILLNEED)  # read ahead in the background
+            self._bytes = torch.frombuffer(view, dtype=torch.uint8)
 
     def __contains__(self, key: str) -> bool:
         return key in self.header
@@ -133,6 +155,8 @@ class Reader:
         want = out.numel() * out.element_size()
         if end - start != want:
             raise DamagedFile(f"{self.path}: tensor {key} has a corrupt header entry")
+        if self._bytes is not None and (self.base + start) % out.element_size() == 0:
+            return self._bytes[self.base + start:self.base + end].view(out.dtype).view(out.shape)
         with open(self.path, "rb") as f:
             f.seek(self.base + start)
             got = f.readinto(out.reshape(-1).view(torch.uint8).numpy()) if want else 0

@@ -2,9 +2,11 @@
 one-time measurement, never from one machine's numbers; for the verifier and the draft apart.
 
 The fastest kernel differs by CPU: on an AVX2-only AMD EPYC bf16 matmuls are emulated (slow) and
-int8 GEMMs are 10x faster than float32; on a Xeon with AMX, bf16 and int8 are native; which int8
-GEMM wins (oneDNN's or fbgemm's) differs too. So on a CPU ``auto`` times every available variant
-and caches the result per CPU model, flags and torch version:
+int8 GEMMs are 10x faster than float32; on a Xeon with AMX, bf16 and int8 are native; which integer
+kernel wins (specdec's own, :mod:`specdec.native`, oneDNN's, fbgemm's or torch's int4) can differ
+too. So on a CPU ``auto`` times every available variant (:mod:`specdec.calibration`: interleaved,
+medians, cached per CPU model, flags and torch version) and keeps the fastest, preferring
+specdec's kernels within a margin of it:
 
 * **the verifier** on one verifier-sized layer (1536 -> 8960) at 1 row (verifier-only decoding)
   plus K+1 rows (one verification), batch-invariant as the verifier must be;
@@ -19,24 +21,19 @@ kernel for the device) can be asked for. The choice and the reason are one line 
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import platform
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from .config import ConfigError, DecodeConfig
+from . import calibration, native
 from .kernels import (DenseLinear, Fp16Linear, Int4Linear, Int8DnnLinear, Int8Linear, Int8WeightOnlyLinear, PackedLinear,
                       has_vnni, weight_only_int8_on)
 
 PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8", "int4")
-CALIBRATION_SHAPE = (8960, 1536)  # (out, in) of the verifier's MLP up-projection
-
-
-CALIBRATION_VERSION = 3  # bump when the variants or the measurement change: older caches are ignored
+KERNELS = ("specdec", "onednn", "fbgemm", "torch")  # the integer kernels, in the order preferred at equal speed
 
 
 @dataclass(frozen=True)
@@ -44,7 +41,8 @@ class Precision:
     name: str                      # float32 | bfloat16 | float16 | int8 | int4
     reason: str                    # one line: why this one
     transposed: bool = False       # float32 only: compute small-row matmuls as (W @ x^T)^T
-    kernel: str = ""               # int8 only: "onednn" or "fbgemm"
+    kernel: str = ""               # int8: "specdec", "onednn" or "fbgemm"; int4: "specdec" or "torch";
+                                   # "" is the first of those available here
 
     @property
     def label(self) -> str:
@@ -54,7 +52,7 @@ class Precision:
     @classmethod
     def from_label(cls, label: str, reason: str = "") -> Precision:
         name, *rest = label.split()
-        return cls(name, reason, "transposed" in rest, next((r for r in rest if r in ("onednn", "fbgemm")), ""))
+        return cls(name, reason, "transposed" in rest, next((r for r in rest if r in KERNELS), ""))
 
     @property
     def dense_dtype(self) -> torch.dtype:
@@ -73,9 +71,18 @@ class Precision:
             transposed = self.transposed and self.name == "float32"
             return DenseLinear, {"dtype": getattr(torch, self.name), "transposed": transposed}, {"transposed": transposed}
         if self.name == "int8":
-            kernel = Int8DnnLinear if self.kernel == "onednn" else Int8Linear
+            kernel = {"specdec": native.NativeInt8Linear, "onednn": Int8DnnLinear, "fbgemm": Int8Linear}[self.cpu_kernel]
             return kernel, {"batch_invariant": batch_invariant}, {"batch_invariant": batch_invariant}
-        return {"float16": Fp16Linear, "int4": Int4Linear}[self.name], {}, {}
+        if self.name == "int4":
+            return {"specdec": native.NativeInt4Linear, "torch": Int4Linear}[self.cpu_kernel], {}, {}
+        return Fp16Linear, {}, {}
+
+    @property
+    def cpu_kernel(self) -> str:
+        """The integer kernel on a CPU: the one named, else specdec's where it is built, else torch's."""
+        if self.kernel or self.name not in ("int8", "int4"):
+            return self.kernel
+        return "specdec" if native.available() else {"int8": "fbgemm", "int4": "torch"}[self.name]
 
     def linear(self, weight: torch.Tensor, bias: torch.Tensor | None, batch_invariant: bool = True,
                device: torch.device = torch.device("cpu")) -> PackedLinear:
@@ -94,11 +101,20 @@ class Precision:
         kernel, _, options = self._kernel(device, batch_invariant)
         return kernel.from_state(state, bias, **options)
 
+    def maps_saved(self, device: torch.device) -> bool:
+        """Whether restored layers run on the saved tensors as they are, so the cached file can be
+        memory-mapped rather than read (:class:`specdec.packed.Reader`)."""
+        return device.type == "cpu" and self._kernel(device, True)[0].keeps_state
+
     def cache_key(self, device: torch.device) -> str:
-        """Which saved layers this precision can rebuild: the representation (int8's two kernels
-        share one), the device kind, and for int4 the CPU ISA its packed layout was made for."""
-        key = self.name + ("" if device.type == "cpu" else f"-{device.type}")
-        return key + (f"-{torch.backends.cpu.get_cpu_capability().lower()}" if self.name == "int4" else "")
+        """Which saved layers this precision can rebuild: the representation and its layout (specdec's
+        kernels run their own; oneDNN's and fbgemm's int8 rebuild theirs from one; torch's int4 is
+        packed for the CPU's ISA), and the device kind."""
+        if device.type != "cpu":
+            return f"{self.name}-{device.type}"
+        if self.cpu_kernel == "specdec":
+            return f"{self.name}-specdec"
+        return self.name + (f"-{torch.backends.cpu.get_cpu_capability().lower()}" if self.name == "int4" else "")
 
 
 def cpu_description() -> dict:
@@ -121,13 +137,14 @@ def cpu_capabilities() -> dict:
     return {"native_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
             "fbgemm": "fbgemm" in torch.backends.quantized.supported_engines,
             "onednn_int8": hasattr(torch.ops.onednn, "qlinear_pointwise") and has_vnni(cpu_description()["flags"]),
+            "specdec": native.available(),
             "isa": torch.backends.cpu.get_cpu_capability()}
 
 
 def cpu_candidates(caps: dict | None = None) -> list[str]:
     """Representations with a native kernel here. bf16 only with native bf16 (emulated bf16 is
-    slower than float32); float16 needs fbgemm (x86); int8 needs fbgemm or oneDNN with VNNI/AMX;
-    int4 needs torch's AVX2/AVX512 path."""
+    slower than float32); float16 needs fbgemm (x86); int8 needs specdec's kernels, fbgemm or
+    oneDNN with VNNI/AMX; int4 specdec's kernels or torch's AVX2/AVX512 path."""
     return sorted({v.name for v in cpu_variants(caps)}, key=PRECISIONS.index)
 
 
@@ -139,50 +156,17 @@ def cpu_variants(caps: dict | None = None) -> list[Precision]:
         out.append(Precision("bfloat16", ""))
     if caps["fbgemm"]:
         out.append(Precision("float16", ""))
+    if caps.get("specdec"):
+        out.append(Precision("int8", "", kernel="specdec"))
     if caps.get("onednn_int8"):
         out.append(Precision("int8", "", kernel="onednn"))
     if caps["fbgemm"]:
         out.append(Precision("int8", "", kernel="fbgemm"))
+    if caps.get("specdec"):
+        out.append(Precision("int4", "", kernel="specdec"))
     if caps["isa"] in ("AVX2", "AVX512"):
-        out.append(Precision("int4", ""))
+        out.append(Precision("int4", "", kernel="torch"))
     return out
-
-
-def last_level_cache_bytes() -> int:
-    """The largest CPU cache, from sysfs (64 MiB where it cannot be read)."""
-    sizes = []
-    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        try:
-            text = f.read_text().strip()
-            sizes.append(int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[text[-1]])
-        except (OSError, ValueError, KeyError):
-            pass
-    return max(sizes, default=64 * 2**20)
-
-
-def _median_ms(layer: PackedLinear, rows: int, reps: int = 15) -> float:
-    """Median ms of one call, each call on another copy of the layer, so that its weights come
-    from memory as in a real forward (where the other layers have evicted them), not from a cache
-    that would hold a single layer (300 MB of L3 on some Xeons)."""
-    copies = max(2, min(24, -(-3 * last_level_cache_bytes() // (2 * layer.nbytes()))))  # 1.5x the cache
-    ring = [layer] + [layer.clone() for _ in range(copies - 1)]
-    x = torch.randn(rows, layer.in_features)
-    for lay in ring[:3]:
-        lay(x)
-    times = []
-    for i in range(max(reps, copies)):
-        t0 = time.perf_counter()
-        ring[i % copies](x)
-        times.append(time.perf_counter() - t0)
-    del ring
-    return sorted(times)[len(times) // 2] * 1e3
-
-
-def calibrate(variants: list[Precision], k: int) -> dict[str, list[float]]:
-    """The verifier's table: median ms of one verifier-sized layer at 1 and K+1 rows, per variant."""
-    weight = torch.randn(*CALIBRATION_SHAPE) * 0.02
-    return {v.label: [_median_ms(layer, 1), _median_ms(layer, k + 1)]
-            for v in variants for layer in [v.linear(weight, None)]}
 
 
 def draft_shapes(config) -> dict:
@@ -196,78 +180,58 @@ def draft_shapes(config) -> dict:
             "head": (config.vocab_size, e)}
 
 
-def calibrate_draft(variants: list[Precision], shapes: dict) -> dict[str, list[float]]:
-    """The draft's table: per variant, [ms of one layer's matmuls, ms of the output layer] at 1
-    row, without batch invariance. Its estimated matmul time per token is layers * first + second."""
-    out = {}
-    for v in variants:
-        per_layer = 0.0
-        for shape in shapes["layer"]:
-            per_layer += _median_ms(v.linear(torch.randn(*shape) * 0.02, None, batch_invariant=False), 1)
-        head = v.linear(torch.randn(*shapes["head"]) * 0.02, None, batch_invariant=False)
-        out[v.label] = [per_layer, _median_ms(head, 1, reps=7)]
-        del head
-    return out
-
-
-def _calibration_file(key_parts: list) -> Path:
-    from .embedded import cache_root
-    key = hashlib.sha256(json.dumps([cpu_description(), torch.__version__, CALIBRATION_VERSION, *key_parts]).encode())
-    return cache_root() / "calibration" / f"{key.hexdigest()[:16]}.json"
-
-
-def _cached(key_parts: list, measure) -> dict[str, list[float]]:
-    path = _calibration_file(key_parts)
-    if path.is_file():
-        return json.loads(path.read_text())["timings_ms"]
-    timings = measure()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"cpu": cpu_description(), "torch": torch.__version__, "for": key_parts,
-                               "timings_ms": timings}))
-    tmp.replace(path)  # never a half-written table
-    return timings
-
-
 def cpu_timings(k: int) -> dict[str, list[float]]:
-    """The verifier's table, cached per CPU model, flags, torch version and K (a few seconds once)."""
-    return _cached(["verifier", k], lambda: calibrate(cpu_variants(), k))
+    """The verifier's table (:func:`specdec.calibration.calibrate`), cached per CPU model, flags,
+    torch version and K (seconds, once)."""
+    return calibration.cached(["verifier", k], cpu_description(),
+                              lambda: calibration.calibrate(cpu_variants(), k))
 
 
 def draft_timings(shapes: dict) -> dict[str, list[float]]:
     """The draft's table, cached per CPU model, flags, torch version and draft shapes."""
-    return _cached(["draft", shapes], lambda: calibrate_draft(cpu_variants(), shapes))
+    return calibration.cached(["draft", shapes], cpu_description(),
+                              lambda: calibration.calibrate_draft(cpu_variants(), shapes))
 
 
 def _listing(costs: dict[str, float]) -> str:
     return ", ".join(f"{n} {c:.2f}" for n, c in sorted(costs.items(), key=lambda kv: kv[1]))
 
 
+# A variant must be this much faster than a preferred one (specdec's kernels: batch-invariant by
+# construction, loaded as saved) to be chosen over it, so that noise cannot flip the choice.
+MARGIN = 0.05
+
+
+def _winner(costs: dict[str, float]) -> tuple[str, str]:
+    """The variant to take, and how it compares: the fastest, or a preferred one within MARGIN of it."""
+    fastest = min(costs, key=costs.get)
+    near = [n for n, c in costs.items() if c <= costs[fastest] * (1 + MARGIN)]
+    best = min(near, key=lambda n: (not n.endswith(" specdec"), costs[n]))
+    how = "fastest here" if best == fastest else f"within {MARGIN:.0%} of the fastest ({fastest}) and preferred"
+    if best.endswith(" fbgemm") or best == "float16":
+        how += " (on torch's deprecated quantized engine, kept only where it is measured fastest)"
+    return best, how
+
+
 def pick(timings: dict[str, list[float]], k: int, cpu_model: str, allowed: list[str] | None = None) -> Precision:
     """The verifier's variant with the lowest cost at 1 row plus K+1 rows (among ``allowed`` names)."""
     costs = {n: sum(t) for n, t in timings.items() if allowed is None or n.split()[0] in allowed}
-    best = min(costs, key=costs.get)
-    reason = (f"{best}: fastest here at 1 + {k + 1} rows (ms per {CALIBRATION_SHAPE[1]}x{CALIBRATION_SHAPE[0]} "
-              f"layer: {_listing(costs)}) on {cpu_model}")
+    best, how = _winner(costs)
+    shape = calibration.CALIBRATION_SHAPE
+    reason = f"{best}: {how} at 1 + {k + 1} rows (ms per {shape[1]}x{shape[0]} layer: {_listing(costs)}) on {cpu_model}"
     return Precision.from_label(best, reason)
-
-
-# ``auto`` never gives the draft 4-bit weights: on the embedded pair they cost more acceptance than
-# they save time (Intel Xeon, AMX: 33 vs 39 ms a draft forward, but acceptance 84 -> 80 % and
-# 12.6 -> 10.9 tok/s; docs/results.md, levers). ``--draft-precision int4`` still selects them.
-DRAFT_AUTO_EXCLUDES = ("int4",)
 
 
 def pick_draft(timings: dict[str, list[float]], layers: int, cpu_model: str,
                allowed: list[str] | None = None) -> Precision:
-    """The draft's variant with the lowest estimated matmul time per drafted token (``auto``:
-    among every representation but those in DRAFT_AUTO_EXCLUDES)."""
-    ok = (lambda name: name in allowed) if allowed is not None else (lambda name: name not in DRAFT_AUTO_EXCLUDES)
-    costs = {n: layers * t[0] + t[1] for n, t in timings.items() if ok(n.split()[0])}
-    best = min(costs, key=costs.get)
-    reason = (f"{best}: fastest here for one drafted token (est. ms of its {layers} layers' and output layer's "
-              f"matmuls at 1 row: {_listing(costs)}) on {cpu_model}"
-              + ("; 4-bit drafts cost more acceptance than they save" if allowed is None and "int4" in timings else ""))
+    """The draft's variant with the lowest estimated matmul time per drafted token (among
+    ``allowed`` names). 4-bit drafts are candidates: with specdec's int4 kernel an int4 draft
+    costs the embedded pair 0.72 -> 0.70 acceptance and decodes 1.28x faster than an int8 one
+    (AMD EPYC Zen 4, 4 code + 2 prose prompts; docs/results.md)."""
+    costs = {n: layers * t[0] + t[1] for n, t in timings.items() if allowed is None or n.split()[0] in allowed}
+    best, how = _winner(costs)
+    reason = (f"{best}: {how} for one drafted token (est. ms of its {layers} layers' and output layer's "
+              f"matmuls at 1 row: {_listing(costs)}) on {cpu_model}")
     return Precision.from_label(best, reason)
 
 

@@ -58,6 +58,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from . import native
 from .kernels import PackedLinear
 
 EXACT_ROWS = 33  # up to K+1 for the largest K: verification forwards attend row by row
@@ -193,10 +194,11 @@ class Qwen2Layer(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, rot: torch.Tensor, cache: KVCache, i: int,
                 mask: torch.Tensor | None, rows: tuple[torch.Tensor, ...] | None = None,
-                fused: bool = False, slots: torch.Tensor | None = None) -> torch.Tensor:
+                fused: bool = False, slots: torch.Tensor | None = None,
+                seen: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> torch.Tensor:
         s, (T, _), L = self.shape, x.shape, cache.length
         H, G, D = s.heads, s.kv_heads, s.head_dim
-        qkv = self.qkv(F.rms_norm(x, (s.hidden,), self.attn_norm, s.eps))    # (T, H*D + 2*G*D)
+        qkv = self.qkv.fused(x, norm=(self.attn_norm, s.eps))                 # (T, H*D + 2*G*D)
         qk = _rope(qkv[:, : (H + G) * D], rot, H + G)                        # (T, H+G, D): q and k in one multiply
         q = qk[:, :H].transpose(0, 1)                                        # (H, T, D)
         if slots is not None:  # static: rows written at their slots, one masked call over the whole capacity
@@ -207,6 +209,8 @@ class Qwen2Layer(torch.nn.Module):
             return self._rest(x, att)
         cache.k[i][:, L:L + T] = qk[:, H:].transpose(0, 1)
         cache.v[i][:, L:L + T] = qkv[:, (H + G) * D:].view(T, G, D).transpose(0, 1)
+        if seen is not None:  # specdec's attention: every row over exactly its keys, in one call
+            return self._rest(x, native.ops().attention(qk[:, :H].contiguous(), cache.k[i], cache.v[i], *seen))
         keys, values = cache.k[i][:, : L + T], cache.v[i][:, : L + T]      # (G, L+T, D)
         if rows is not None:  # a tree, exactly: each row over its own keys, gathered contiguous
             att = torch.cat([F.scaled_dot_product_attention(q[None, :, t:t + 1], *_keys(cache, i, idx), enable_gqa=True)
@@ -221,11 +225,14 @@ class Qwen2Layer(torch.nn.Module):
         return self._rest(x, att)
 
     def _rest(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-        """The output projection and the MLP, each with its residual: (T, E)."""
+        """The output projection and the MLP, each with its residual: (T, E). ``att`` is
+        (1, H, T, D), or already (T, H*D)."""
         s, T = self.shape, x.shape[0]
-        x = x + self.o(att[0].transpose(0, 1).reshape(T, s.heads * s.head_dim))
-        gate, up = self.gate_up(F.rms_norm(x, (s.hidden,), self.mlp_norm, s.eps)).chunk(2, -1)  # (T, I) each
-        return x + self.down(F.silu(gate) * up)
+        if att.dim() == 4:
+            att = att[0].transpose(0, 1).reshape(T, s.heads * s.head_dim)
+        x = self.o.fused(att, residual=x)
+        gate_up = self.gate_up.fused(x, norm=(self.mlp_norm, s.eps))                     # (T, 2I): gate, up
+        return self.down.fused(gate_up, gated=True, residual=x)                          # silu(gate) * up
 
 
 def _keys(cache: KVCache, i: int, idx: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -377,11 +384,29 @@ class LeanQwen2(torch.nn.Module):
             rot = self.rot[tree.positions.to(self.device)]                               # (T, D/2)
             mask = None if tree.exact else tree.mask(L + T).to(self.device)              # (T, L+T)
             rows = tree.keys if tree.exact else None
+        seen = self._seen(L, T, tree)
         x = self.embed[ids].float()                                                      # (T, E)
         for i, layer in enumerate(self.layers):
-            x = layer(x, rot, cache, i, mask, rows, fused=tree is not None)
+            x = layer(x, rot, cache, i, mask, rows, fused=tree is not None, seen=seen)
         cache.length = L + T
         return self._head(x[-keep:])
+
+    def _seen(self, L: int, T: int, tree: TreeAttention | None) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """What each new row attends to, for specdec's attention op (:mod:`specdec.native`): the
+        number of keys and, for a tree, which ones ((T,), (T, n) or None). None where torch's
+        attention runs instead: the op is not built, or a prompt's prefill (more than EXACT_ROWS
+        rows, which a fused call does fastest and no verification is compared with)."""
+        if self.device.type != "cpu" or not native.available() or (tree is None and T > EXACT_ROWS):
+            return None
+        if tree is None:
+            return torch.arange(L + 1, L + T + 1), None
+        keys = [torch.arange(k) if isinstance(k, int) else k for k in tree.keys]
+        if all(isinstance(k, int) for k in tree.keys):
+            return torch.tensor(tree.keys), None
+        index = torch.zeros(T, max(len(k) for k in keys), dtype=torch.long)
+        for t, k in enumerate(keys):
+            index[t, :len(k)] = k
+        return torch.tensor([len(k) for k in keys]), index
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         """The final norm and the output layer: (rows, E) -> (rows, V) logits."""

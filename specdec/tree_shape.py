@@ -82,10 +82,11 @@ def measure_costs(pair) -> dict:
 
 def machine_costs(pair) -> dict:
     """``measure_costs`` once per machine, models and kernels, then from the cache."""
-    from .precision import _cached
+    from .calibration import cached
+    from .precision import cpu_description
     key = ["tree-costs", pair.target_name, pair.draft_name, pair.precision.label,
            pair.draft_precision.label if pair.draft_precision else ""]
-    return _cached(key, lambda: measure_costs(pair))
+    return cached(key, cpu_description(), lambda: {"timings_ms": measure_costs(pair)})
 
 
 def measured_shapes(pair) -> dict | None:

@@ -187,7 +187,9 @@ def test_stepping_phase_by_phase_at_temperature_above_zero(page, artifacts):
     bug = float(re.search(r"total variation = (\d+\.\d+)", page.get_by_text(
         re.compile(r"The bug.*total variation = [\d.]+")).inner_text()).group(1))
     assert tv < 0.02, tv
-    assert bug > 0.1, bug  # the deciding position is a rejection, where q over-proposed what the draft took
+    # the deciding position is a rejection, where q over-proposed what the draft took: the bug lands
+    # clearly farther from p than the rule, beyond the sampling noise of 10,000 draws
+    assert bug > max(3 * tv, 0.04), (bug, tv)
     page.screenshot(path=artifacts / "app-step-sample.png", full_page=True)
     page.get_by_label("K (drafted tokens per round)").fill("3")   # a change mid-run is announced, not silent
     page.get_by_role("button", name="Step round").click()

@@ -4,8 +4,13 @@ import json
 import pytest
 import torch
 
-from specdec import precision as P
+from specdec import calibration, precision as P
 from specdec.config import ConfigError
+
+
+def table(timings: dict) -> dict:
+    """A calibration record as :func:`specdec.calibration.measure` writes it, for given medians."""
+    return {"timings_ms": timings, "spread_ms": {n: [[t, t] for t in ts] for n, ts in timings.items()}, "skipped": {}}
 
 
 @pytest.fixture
@@ -14,18 +19,23 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("caps, expected, int8_kernels", [
-    ({"native_bf16": False, "fbgemm": True, "onednn_int8": False, "isa": "AVX2"},
-     ["float32", "float16", "int8", "int4"], ["fbgemm"]),                                  # AMD EPYC Zen 3: no VNNI
-    ({"native_bf16": True, "fbgemm": True, "onednn_int8": True, "isa": "AVX512"},
-     ["float32", "bfloat16", "float16", "int8", "int4"], ["onednn", "fbgemm"]),            # Xeon AMX, Zen 4
-    ({"native_bf16": False, "fbgemm": False, "onednn_int8": True, "isa": "AVX512"},
-     ["float32", "int8", "int4"], ["onednn"]),                                             # a torch without fbgemm
-    ({"native_bf16": False, "fbgemm": False, "onednn_int8": False, "isa": "DEFAULT"}, ["float32"], []),  # e.g. ARM
+@pytest.mark.parametrize("caps, expected, int8_kernels, int4_kernels", [
+    ({"native_bf16": False, "fbgemm": True, "onednn_int8": False, "specdec": True, "isa": "AVX2"},
+     ["float32", "float16", "int8", "int4"], ["specdec", "fbgemm"], ["specdec", "torch"]),  # AMD EPYC Zen 3: no VNNI
+    ({"native_bf16": True, "fbgemm": True, "onednn_int8": True, "specdec": True, "isa": "AVX512"},
+     ["float32", "bfloat16", "float16", "int8", "int4"], ["specdec", "onednn", "fbgemm"],
+     ["specdec", "torch"]),                                                                 # Xeon AMX, Zen 4
+    ({"native_bf16": False, "fbgemm": True, "onednn_int8": False, "specdec": False, "isa": "AVX2"},
+     ["float32", "float16", "int8", "int4"], ["fbgemm"], ["torch"]),                       # kernels not built
+    ({"native_bf16": False, "fbgemm": False, "onednn_int8": True, "specdec": False, "isa": "AVX512"},
+     ["float32", "int8", "int4"], ["onednn"], ["torch"]),                                  # a torch without fbgemm
+    ({"native_bf16": False, "fbgemm": False, "onednn_int8": False, "specdec": False, "isa": "DEFAULT"},
+     ["float32"], [], []),                                                                 # e.g. ARM
 ])
-def test_candidates_follow_capabilities(caps, expected, int8_kernels):
+def test_candidates_follow_capabilities(caps, expected, int8_kernels, int4_kernels):
     assert P.cpu_candidates(caps) == expected  # emulated bf16 is never a candidate
     assert [v.kernel for v in P.cpu_variants(caps) if v.name == "int8"] == int8_kernels
+    assert [v.kernel for v in P.cpu_variants(caps) if v.name == "int4"] == int4_kernels
     assert {v.label for v in P.cpu_variants(caps) if v.name == "float32"} == {"float32", "float32 transposed"}
 
 
@@ -40,17 +50,18 @@ def test_onednn_int8_needs_vnni_or_amx(monkeypatch):
 
 def test_this_machine_has_float32_at_least():
     assert P.cpu_candidates()[0] == "float32"
-    assert set(P.cpu_capabilities()) == {"native_bf16", "fbgemm", "onednn_int8", "isa"}
+    assert set(P.cpu_capabilities()) == {"native_bf16", "fbgemm", "onednn_int8", "specdec", "isa"}
 
 
-@pytest.mark.parametrize("label", ["float32", "float32 transposed", "int8 onednn", "int8 fbgemm", "int4"])
+@pytest.mark.parametrize("label", ["float32", "float32 transposed", "int8 specdec", "int8 onednn", "int8 fbgemm",
+                                   "int4 specdec", "int4 torch"])
 def test_labels_round_trip(label):
     assert P.Precision.from_label(label).label == label
 
 
 @pytest.mark.parametrize("timings, expected", [
     # an AVX2 machine without native bf16: int8 (fbgemm, the only int8 there) wins by far
-    ({"float32": [4.3, 11.2], "float32 transposed": [4.3, 4.2], "int8 fbgemm": [0.41, 0.76], "int4": [1.0, 2.8]},
+    ({"float32": [4.3, 11.2], "float32 transposed": [4.3, 4.2], "int8 fbgemm": [0.41, 0.76], "int4 torch": [1.0, 2.8]},
      ("int8", False, "fbgemm")),
     # an AMX machine: bf16 is flat in the rows and beats int8 at 5 rows
     ({"float32": [1.3, 2.4], "float32 transposed": [1.2, 2.9], "bfloat16": [1.08, 1.31], "int8 fbgemm": [0.9, 1.6],
@@ -67,9 +78,19 @@ def test_pick_is_the_lowest_cost_at_1_and_k_plus_1_rows(timings, expected):
 
 
 def test_a_requested_name_takes_its_fastest_variant_here():
-    timings = {"float32": [1.3, 2.4], "int8 fbgemm": [0.49, 0.60], "int8 onednn": [0.55, 0.9], "int4": [0.3, 0.4]}
+    timings = {"float32": [1.3, 2.4], "int8 fbgemm": [0.49, 0.60], "int8 onednn": [0.55, 0.9], "int4 torch": [0.3, 0.4]}
     assert P.pick(timings, 4, "Some CPU", ["int8"]).label == "int8 fbgemm"
-    assert P.pick(timings, 4, "Some CPU").label == "int4"
+    assert P.pick(timings, 4, "Some CPU").label == "int4 torch"
+
+
+def test_noise_cannot_flip_the_choice_away_from_specdecs_kernels():
+    """A variant must beat specdec's by more than MARGIN to be chosen over it; beyond, it is."""
+    close = {"int8 specdec": [0.50, 0.60], "int8 fbgemm": [0.49, 0.58], "float32": [4.0, 5.0]}
+    chosen = P.pick(close, 4, "Some CPU")
+    assert chosen.label == "int8 specdec" and "within 5% of the fastest (int8 fbgemm)" in chosen.reason
+    clear = {"int8 specdec": [0.60, 0.70], "int8 fbgemm": [0.49, 0.58]}
+    chosen = P.pick(clear, 4, "Some CPU")
+    assert chosen.label == "int8 fbgemm" and "deprecated quantized engine" in chosen.reason
 
 
 DRAFT_SHAPES = {"layer": [[1152, 896], [896, 896], [9728, 896], [896, 4864]], "layers": 24, "head": [151936, 896]}
@@ -78,15 +99,15 @@ DRAFT_SHAPES = {"layer": [[1152, 896], [896, 896], [9728, 896], [896, 4864]], "l
 @pytest.mark.parametrize("timings, expected", [
     # per layer [one layer's matmuls, output layer] at 1 row: the output layer can decide it
     ({"int8 onednn": [0.30, 14.4], "int8 fbgemm": [0.32, 6.3], "bfloat16": [0.50, 9.0]}, "int8 fbgemm"),
-    ({"int8 onednn": [0.20, 8.0], "int8 fbgemm": [0.32, 6.3], "int4": [0.45, 3.0]}, "int8 onednn"),  # 12.8, 14.0, 13.8
-    # auto never takes 4-bit draft weights (they cost more acceptance than they save); asked for, it does
-    ({"float32": [2.0, 30.0], "int4": [0.40, 3.0]}, "float32"),
+    ({"int8 onednn": [0.20, 8.0], "int8 fbgemm": [0.32, 6.3], "int4 torch": [0.45, 3.0]}, "int8 onednn"),  # 12.8, 14.0, 13.8
+    # 4-bit drafts are candidates like any other
+    ({"float32": [2.0, 30.0], "int4 specdec": [0.40, 3.0]}, "int4 specdec"),
 ])
 def test_the_draft_picks_its_lowest_time_per_drafted_token(timings, expected):
     p = P.pick_draft(timings, 24, "Some CPU")
     assert p.label == expected
     assert p.reason.startswith(expected + ":") and "one drafted token" in p.reason and "Some CPU" in p.reason
-    assert P.pick_draft({"float32": [2.0, 30.0], "int4": [0.40, 3.0]}, 24, "Some CPU", ["int4"]).label == "int4"
+    assert P.pick_draft({"float32": [2.0, 30.0], "int4 torch": [0.40, 3.0]}, 24, "Some CPU", ["float32"]).label == "float32"
 
 
 def test_draft_shapes_follow_its_config():
@@ -101,10 +122,10 @@ def test_draft_shapes_follow_its_config():
 def test_the_draft_is_calibrated_apart_from_the_verifier_and_cached(cache, monkeypatch):
     from types import SimpleNamespace
     calls = []
-    monkeypatch.setattr(P, "calibrate", lambda variants, k: calls.append("verifier") or {"int8 onednn": [1.0, 1.2],
-                                                                                        "int8 fbgemm": [0.9, 1.5]})
-    monkeypatch.setattr(P, "calibrate_draft", lambda variants, shapes: calls.append("draft") or {
-        "int8 onednn": [0.3, 14.0], "int8 fbgemm": [0.3, 6.0]})
+    monkeypatch.setattr(calibration, "calibrate", lambda variants, k: calls.append("verifier") or table(
+        {"int8 onednn": [1.0, 1.2], "int8 fbgemm": [0.9, 1.5]}))
+    monkeypatch.setattr(calibration, "calibrate_draft", lambda variants, shapes: calls.append("draft") or table(
+        {"int8 onednn": [0.3, 14.0], "int8 fbgemm": [0.3, 6.0]}))
     config = SimpleNamespace(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
                              num_hidden_layers=2, vocab_size=1000)
     cpu = torch.device("cpu")
@@ -124,9 +145,9 @@ def test_auto_measures_once_and_caches_per_machine(cache, monkeypatch):
 
     def fake(variants, k):
         calls.append(k)
-        return {"float32": [5.0, 5.0], "int8 fbgemm": [1.0, 2.0]}
+        return table({"float32": [5.0, 5.0], "int8 fbgemm": [1.0, 2.0]})
 
-    monkeypatch.setattr(P, "calibrate", fake)
+    monkeypatch.setattr(calibration, "calibrate", fake)
     cpu = torch.device("cpu")
     assert P.choose(cpu, "auto", 4).name == "int8"
     assert P.choose(cpu, "auto", 4).name == "int8"
@@ -134,6 +155,7 @@ def test_auto_measures_once_and_caches_per_machine(cache, monkeypatch):
     (path,) = (cache / "calibration").glob("*.json")
     saved = json.loads(path.read_text())
     assert saved["cpu"] == P.cpu_description() and saved["timings_ms"]["int8 fbgemm"] == [1.0, 2.0]
+    assert saved["spread_ms"]["int8 fbgemm"] == [[1.0, 1.0], [2.0, 2.0]]   # what the choice rested on
     P.choose(cpu, "auto", 6)
     assert calls == [4, 6]                               # K is part of the key: K+1 rows differ
 
@@ -165,3 +187,35 @@ def test_bad_or_unavailable_precision_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(P, "cpu_candidates", lambda: ["float32"])
     with pytest.raises(ConfigError, match="precision 'int8' has no native kernel on this CPU"):
         P.choose(torch.device("cpu"), "int8")
+
+
+def test_timing_is_interleaved_robust_and_skips_a_reference_path(monkeypatch):
+    """Medians of interleaved calls, the spread kept, and a variant 10x slower than the fastest
+    dropped after the warm-up reps instead of being timed REPS times."""
+    from specdec.kernels import PackedLinear
+    calls = []
+
+    class Fake(PackedLinear):
+        def __init__(self, name, ms):
+            super().__init__(8, 8, None)
+            self.name, self.ms = name, ms
+
+        def nbytes(self):
+            return 1 << 30                              # big: a ring of 2 copies
+
+        def clone(self):
+            return Fake(self.name, self.ms)
+
+        def _matmul(self, x):
+            calls.append(self.name)
+            clock[0] += self.ms / 1e3 * (3 if len(calls) == 7 else 1)  # one slow outlier for "a"
+            return x
+
+    clock = [0.0]
+    monkeypatch.setattr(calibration.time, "perf_counter", lambda: clock[0])
+    out = calibration.measure({"a": Fake("a", 1.0), "b": Fake("b", 2.0), "slow": Fake("slow", 50.0)}, [1], reps=9)
+    assert calls[:3] == ["a", "b", "slow"]              # interleaved from the first sweep
+    assert out["timings_ms"]["a"] == pytest.approx([1.0]) and out["timings_ms"]["b"] == pytest.approx([2.0])
+    assert out["spread_ms"]["a"][0] == pytest.approx([1.0, 3.0])    # the outlier is in the spread, not the median
+    assert "slow" in out["skipped"] and calls.count("slow") == 1 + calibration.WARM_REPS
+    assert calls.count("a") == 10
