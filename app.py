@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 
 from specdec.settings import add_model_arguments, models_from_args
-from specdec_ui.layout import build_demo, launch
 from specdec_ui.state import Loader
 
 
@@ -22,6 +21,8 @@ def main(argv: list[str] | None = None) -> None:
     add_model_arguments(parser)
     args = parser.parse_args(argv)
     loader = Loader(models_from_args(args)).load_in_background()
+    # the models load while gradio is imported and the page is built: seconds of a start on both cores
+    from specdec_ui.layout import build_demo, launch
     launch(build_demo(loader), args.host, args.port, args.share)
 
 

@@ -58,6 +58,18 @@ def cpu_family(flags: list[str]) -> str:
             "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "baseline")
 
 
+def timed_variants(k: int, names: tuple[str, ...] | None = None) -> list:
+    """The CPU kernel variants worth measuring further here: every one the calibration timed
+    within ``SKIP_FACTOR`` of the fastest at one row (a reference path, seconds a forward, is left
+    out), optionally of the given representations."""
+    from specdec.calibration import SKIP_FACTOR
+    from specdec.precision import cpu_timings, cpu_variants
+    timings = cpu_timings(k)
+    fastest = min(t[0] for t in timings.values())
+    return [v for v in cpu_variants() if (names is None or v.name in names)
+            and timings.get(v.label, [0])[0] <= SKIP_FACTOR * fastest]
+
+
 def write_json(path: Path, payload: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from benchmarks import tiny_pair
-from benchmarks.common import environment, write_json
+from benchmarks.common import environment, timed_variants, write_json
 from benchmarks.sweep import pooled, run
 from benchmarks.throughput import CODE
 from specdec import DecodeConfig
@@ -96,11 +96,13 @@ def against_bandwidth(cost: dict, model, gb_s: float) -> dict:
 
 def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
     """time(L) fits per integer kernel variant here, per model: every variant of a model loaded at
-    once and their forwards interleaved (rep by rep, variant by variant, L by L)."""
+    once and their forwards interleaved (rep by rep, variant by variant, L by L). A variant the
+    calibration dropped as a reference path (10x slower than the fastest, seconds a forward) is
+    left out and said so."""
     from specdec.models import load_model
     from specdec.precision import cpu_variants
-    variants = [v for v in cpu_variants() if v.name in ("int8", "int4")]
-    out = {}
+    variants = timed_variants(k, ("int8", "int4"))
+    out = {"left out": sorted(v.label for v in cpu_variants() if v.name in ("int8", "int4") and v not in variants)}
     for role, name in (("verifier", pair.target_name), ("draft", pair.draft_name)):
         lms, times = {}, {}
         for v in variants:

@@ -164,6 +164,38 @@ def _fit_rows(costs: dict, k: int) -> list[str]:
     return out
 
 
+def _bandwidth_rows(d: dict) -> list[str]:
+    """Each model's one-row forward against the time its weights take to read at the best memory
+    bandwidth measured in the same run (the physical limit of a memory-bound forward)."""
+    bw, costs = d.get("bandwidth_gb_s"), d["forward_cost"]
+    if not bw or not any(f.get("read_ms_at_bandwidth") for f in costs.values()):
+        return []
+    out = ["", f"Memory-read bandwidth (a 1.6 GB float32 sum on {d['hardware']['torch_threads']} threads, before, "
+               f"between and after the fits): {', '.join(f'{b:.1f}' for b in bw)} GB/s; the best is the limit.", "",
+           "| model | weight bytes read per token | read time at the best bandwidth | one-row forward | ratio |",
+           "|---|---:|---:|---:|---:|"]
+    for role, f in costs.items():
+        one = dict(zip(f["lengths"], f["median_ms"]))[1]
+        out.append(f"| {role} | {f['weight_bytes'] / 1e9:.2f} GB | {f['read_ms_at_bandwidth']:.1f} ms | {one:.1f} ms "
+                   f"| **{f['one_row_vs_read']:.2f}x** |")
+    return out
+
+
+def _kernel_rows(d: dict, k: int) -> list[str]:
+    """time(L) = a + b L per integer kernel variant, per model, their forwards interleaved."""
+    if not d.get("kernels"):
+        return []
+    left = d["kernels"].get("left out")
+    out = ["", "Per kernel variant (every variant of a model loaded at once, their forwards timed in turn"
+               + (f"; left out as reference paths 10x slower at calibration: {', '.join(left)}" if left else "") + "):", ""]
+    for role, variants in d["kernels"].items():
+        if role == "left out":
+            continue
+        out += _fit_rows({f"{role}, {label}": f for label, f in variants.items()}, k)
+        out.append("")
+    return out[:-1]
+
+
 def profile_block(d: dict) -> str:
     s = d["settings"]
     out = [f"#### Where the time goes: {d['models']['target']} verified, {d['models']['draft']} drafting", "",
@@ -177,6 +209,7 @@ def profile_block(d: dict) -> str:
     out += ["", f"One forward of L new tokens on a {s['context']}-token cache, fitted as time(L) = a + b·L over "
                 f"L = {s['lengths'][0]}..{s['lengths'][-1]} (median of {s['reps']} reps):", ""]
     out += _fit_rows(d["forward_cost"], s["k"])
+    out += _bandwidth_rows(d) + _kernel_rows(d, s["k"])
     return "\n".join(out)
 
 
@@ -299,7 +332,34 @@ def first_run_block(d: dict) -> str:
     return "\n".join(out)
 
 
-BLOCKS = {"gpu_costs": (gpu_costs_block, "python -m benchmarks.gpu_costs"), "trees": (trees_block, "python -m benchmarks.trees"), "throughput": (throughput_block, "make bench"), "levers": (levers_block, "python -m benchmarks.levers"),
+def kernel_candidates_block(d: dict) -> str:
+    n_in, n_out = d["layer"]
+    out = [f"#### Ways to a decode-shaped linear, one {n_in}x{n_out} layer", "",
+           f"{_machine({**d, 'precision': '-'})}. Each candidate in its own process, timed interleaved with "
+           f"{d['reference']} (1 and 7 rows, {d['reps']} reps, medians); compiled ones with `torch.compile` "
+           "(freezing, max-autotune, the CPP GEMM template among the choices), once per row count, on an empty "
+           "inductor cache (cold) and again on the same cache in a fresh process (warm, what each start would pay).",
+           "", f"| candidate | 1 row | 7 rows | 7 rows / 1 | vs {d['reference']} at 1 / 7 rows | compile, cold "
+           "(1 + 7 rows) | compile, warm | CPP micro-GEMM in its code |", "|---|---:|---:|---:|---:|---:|---:|:---:|"]
+    for name, c in d["candidates"].items():
+        if "error" in c:
+            out.append(f"| {name} | failed: {c['error']} | | | | | | |")
+            continue
+        ms, vs = c["ms"], c["vs_reference"]
+        cold = c.get("compile_s")
+        warm = c.get("warm_compile_s")
+        out.append(f"| {name} | {ms['1']:.2f} ms | {ms['7']:.2f} ms | {c['seven_vs_one']:.2f} | "
+                   f"{vs['1']:.2f}x / {vs['7']:.2f}x | "
+                   + (f"{cold['1']:.0f} + {cold['7']:.0f} s | " if cold else "– | ")
+                   + (f"{warm['1']:.1f} + {warm['7']:.1f} s | " if warm else "– | ")
+                   + ("yes" if c.get("cpp_micro_gemm_sources") else "no" if cold else "–") + " |")
+    t = d["torchao"]
+    out += ["", "torchao: " + (t["note"] if not t["installed"] else
+                               f"{t['version']}, CPU ops: {', '.join(t['cpu_ops']) or 'none'}") + "."]
+    return "\n".join(out)
+
+
+BLOCKS = {"kernel_candidates": (kernel_candidates_block, "python -m benchmarks.kernel_candidates"), "gpu_costs": (gpu_costs_block, "python -m benchmarks.gpu_costs"), "trees": (trees_block, "python -m benchmarks.trees"), "throughput": (throughput_block, "make bench"), "levers": (levers_block, "python -m benchmarks.levers"),
           "sweep": (sweep_block, "python -m benchmarks.sweep"), "profile": (profile_block, "python -m benchmarks.profile"),
           "runtime_compare": (runtime_compare_block, "python -m benchmarks.runtime_compare"),
           "app_overhead": (app_overhead_block, "python -m benchmarks.app_overhead"),
@@ -347,6 +407,33 @@ def _sampled(d: dict) -> str:
     return _vs(group, pick("speculative"), pick("verifier"))
 
 
+def _profile_of(d: dict) -> dict | None:
+    """The profile run of the machine a throughput run was on (same CPU slug), if there is one."""
+    return next((p for _, p in _results() if p["benchmark"] == "profile" and p.get("cpu_slug") == d.get("cpu_slug")),
+                None)
+
+
+def _vs_read(d: dict) -> str:
+    """Each model's one-row forward over its weights' read time at the measured bandwidth."""
+    p = _profile_of(d)
+    ratios = [(p or {}).get("forward_cost", {}).get(role, {}).get("one_row_vs_read") for role in ("verifier", "draft")]
+    if not all(ratios):
+        return "not measured"
+    return f"{ratios[0]:.2f}x / {ratios[1]:.2f}x (at {max(p['bandwidth_gb_s']):.0f} GB/s)"
+
+
+def _v6(d: dict) -> str:
+    """The verifier's fitted (K+1)-row forward over its 1-row forward, from the same machine's profile."""
+    p = _profile_of(d)
+    k = (p or {}).get("settings", {}).get("k")
+    f = (p or {}).get("forward_cost", {}).get("verifier", {})
+    v = f.get(f"verify_vs_decode_k{k}")
+    if v is None:
+        return "not measured"
+    measured = dict(zip(f["lengths"], f["median_ms"]))
+    return f"{v:.2f} (measured {measured[k + 1] / measured[1]:.2f})" if k + 1 in measured else f"{v:.2f}"
+
+
 HEADLINE_ROWS = [
     ("precision, verifier / draft", lambda d: f"{d['precision']} / {d.get('draft_precision') or d['precision']}"),
     ("code: speculative vs verifier-only", lambda d: _vs(d["summary"]["code"], SPEC, BASE)),
@@ -359,6 +446,8 @@ HEADLINE_ROWS = [
     ("greedy output = verifier-only's, code and prose",
      lambda d: "yes" if all(d["summary"][g][SPEC]["identical_to_base"] for g in ("code", "prose")) else "**no**"),
     ("peak memory, default run", lambda d: f"{_headline(d, 'peak resident', 'f')} GiB"),
+    ("verifier's K+1-row forward / 1-row, fitted (K = 6)", _v6),
+    ("one-row forward / its weights' read time, verifier / draft", _vs_read),
     ("verifier-only vs llama.cpp greedy", lambda d: _headline(d, "verifier-only vs llama.cpp", "x")),
     ("speculative vs llama.cpp greedy", lambda d: _headline(d, "speculative vs llama.cpp greedy", "x")),
     ("speculative vs llama.cpp's own speculation, at its best",

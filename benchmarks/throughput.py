@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, environment, write_json
+from benchmarks.common import ROOT, environment, timed_variants, write_json
 from benchmarks.fidelity import fidelity
 from specdec import DecodeConfig, Generation, SamplingConfig, load_pair
 from specdec.embedded import EMBEDDED, cache_root, gguf_file
 from specdec.models import TRANSFORMERS
 from specdec.settings import add_model_arguments, models_from_args
-from specdec.precision import Precision, cpu_timings, cpu_variants
+from specdec.precision import Precision, cpu_timings
 
 CODE = [
     "Write a Python function that returns the n-th Fibonacci number.",
@@ -311,7 +311,8 @@ def main(argv=None) -> int:
         headline[f"speculative vs llama.cpp's own speculation at its best ({best})"] = (
             aggregate(rows, spec, base, code + prose)["tok_s"] / aggregate(rows, best, base, code + prose)["tok_s"])
     log("measuring fidelity against the float32 dequantized models")
-    fid = {} if args.quick else fidelity(pair, [v.label for v in cpu_variants() if v.name != "float32"],
+    # every representation but float32 (the reference) and the reference-speed paths the calibration dropped
+    fid = {} if args.quick else fidelity(pair, [v.label for v in timed_variants(args.k) if v.name != "float32"],
                                          [pair.draft_precision.label] if pair.draft_precision else [])
     out = args.out or ROOT / "benchmarks" / "results" / f"throughput-{env['cpu_slug']}.json"
     write_json(out, {"benchmark": "throughput", **env, "quick": args.quick, "fastest_verifier_only": fastest_measured,
