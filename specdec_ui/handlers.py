@@ -21,6 +21,7 @@ from typing import Iterator
 
 from specdec import ConfigError, Generation, NumericalError, RunSettings, TraceFile
 from specdec.experiment import histogram
+from specdec.render import plural
 
 from . import charts
 from .state import (FIELD_LABELS, TREE_FIELDS, Loader, Replay, Session, Worker, changes, form_defaults, form_values,
@@ -154,7 +155,7 @@ def _follow(worker: Worker, view, gens: list[Generation]) -> Iterator:
     one every REFRESH_S seconds per REFRESH_TOKENS tokens on show: each view redraws the whole
     text, so spacing them out as the text grows keeps the browser's work per token flat. The
     engine never waits for the page."""
-    seen, interval = -1, REFRESH_S
+    seen, interval = 0, REFRESH_S  # nothing to show before the first round ends
     while not worker.wait(interval):
         n = sum(len(g.rounds) for g in gens)
         waiting = any(g.waiting for g in gens)
@@ -191,7 +192,7 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
         yield _problem(worker.error)
         return
     ended = (f"Finished ({gen.stop_reason})." if gen.stop_reason not in (None, "cancelled") else
-             f"Stopped after {len(gen.rounds)} rounds.")
+             f"Stopped after {plural(len(gen.rounds), 'round', 'rounds')}.")
     trace = TraceFile(settings.to_dict(), tuple(gen.rounds), gen.prefill_s, gen.text, gen.stop_reason)
     yield _live(gen, ended, _write_trace(trace.to_json()))
 

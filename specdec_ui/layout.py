@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import fields
 from functools import partial
 from html import escape
-from pathlib import Path
 
 import gradio as gr
 
@@ -21,7 +20,6 @@ from .state import FIELD_LABELS, FORM, TREE_FIELDS, Loader, Session, form_defaul
 from .views import (UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView, StepView, legend_html,
                     plain_html)
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 EXAMPLES = [
     ["Write a Python function that returns the n-th Fibonacci number iteratively.", "model"],
     ["Write a Python function that checks whether a number is prime.", "model"],
@@ -79,6 +77,9 @@ body.hide-rejected .tok-rejected {{ display: none; }}
 .field-error textarea, .field-error input {{ border-color: #b91c1c !important; }}
 .field-error .info, .field-error span[data-testid="block-info"] + div {{ color: #b91c1c !important; }}
 .spec-alert p {{ color: #991b1b; font-weight: 600; margin: 0; }}
+/* gradio's container hides its overflow, which makes it the scroll box every sticky element sticks to
+   (and it never scrolls): clip sideways instead, which makes no scroll box, so the controls stick */
+.gradio-container {{ overflow-x: clip !important; overflow-y: visible !important; }}
 .spec-controls {{ position: sticky; top: 0; z-index: 30; background: var(--background-fill-primary);
   padding: 6px 0; border-bottom: 1px solid #e5e7eb; }}
 button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !important; outline-offset: 2px; }}
@@ -181,10 +182,9 @@ def _header(loader: Loader) -> tuple:
 
 
 def _notebooks() -> str:
-    rows = [f"* [`{name}.ipynb`](/gradio_api/file={NOTEBOOKS / (name + '.ipynb')}) — {line}"
-            for name, line in NOTEBOOK_LINES.items()]
-    return ("Open them with `make notebooks` (Jupyter, in this checkout) or download one here; each imports this "
-            "engine and runs top to bottom.\n\n" + "\n".join(rows))
+    rows = [f"* `notebooks/{name}.ipynb`: {line}" for name, line in NOTEBOOK_LINES.items()]
+    return ("Run `make notebooks` in this checkout: it opens the `notebooks/` folder in Jupyter, in your "
+            "browser. Each notebook imports this engine and runs top to bottom.\n\n" + "\n".join(rows))
 
 
 def _settings() -> dict:
@@ -467,5 +467,4 @@ QUEUE_POLL_S, PROGRESS_POLL_S = 0.02, 0.1
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, **kwargs):
     demo.queue(default_concurrency_limit=8)
     demo._queue.sleep_when_free, demo._queue.progress_update_sleep_when_free = QUEUE_POLL_S, PROGRESS_POLL_S
-    return demo.launch(server_name=host, server_port=port, share=share, css=CSS, theme=THEME,
-                       allowed_paths=[str(NOTEBOOKS)], **kwargs)
+    return demo.launch(server_name=host, server_port=port, share=share, css=CSS, theme=THEME, **kwargs)

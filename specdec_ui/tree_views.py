@@ -11,7 +11,8 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from specdec.render import DASH, TREE_HEADERS, tree_test_rows
+from specdec.render import DASH
+from specdec.render_tree import TREE_HEADERS, tree_test_rows
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
 from specdec.tree import children, mask_grid
 
@@ -194,3 +195,82 @@ def mask_html(r: RoundTrace, phase: str) -> str:
             f'<tbody>{"".join(rows)}</tbody></table><p class="spec-note">Row i may attend column j; every row also '
             f'sees the whole context. ● = attends: a node sees the root and its own ancestors, never a sibling or '
             f'another branch.</p></div>')
+
+
+# ---- the tree as measured boxes (SVG) ----------------------------------------------------------
+# Token text is set in a monospace face, so a box's width follows from its characters: columns
+# (depths) are as wide as their widest box, rows (leaves, in test order) as tall as a box, and no
+# two boxes can meet. The drawing keeps its natural size and scrolls inside its own box if it must.
+TOKEN_PX, NUMBER_PX = 14, 12       # font sizes: the token, and the q / p line under it
+CHAR = 0.61                        # a monospace character's advance, in em (DejaVu Sans Mono 0.602)
+PAD, GAP_X, GAP_Y, BOX_H = 8, 34, 10, 40
+
+
+def _label(r: RoundTrace, j: int, phase: str) -> tuple[str, str]:
+    """A node's two lines: its number and token, then its q (and p once verified)."""
+    nodes = r.tree.nodes
+    if j == len(nodes):
+        return _token(r.next_token.text), r.next_kind
+    n = nodes[j]
+    if j == 0:
+        return f"{j} {_token(n.text)}", "root"
+    return f"{j} {_token(n.text)}", f"q {n.q:.2f}" + (f"  p {n.p:.2f}" if phase != "draft" else "")
+
+
+def _width(line: str, px: int) -> float:
+    return len(line) * CHAR * px
+
+
+def tree_html(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] = (0, 0)) -> str:
+    """The round's token tree, depth left to right, siblings stacked in test order from the top,
+    each node a box with its number, token, q and p (hover or focus a node for its story), the
+    accepted path drawn thick once the verdicts are revealed. ``asked``: the settings' W and N, 0
+    for this machine's choice."""
+    t = r.tree
+    nodes = list(t.nodes)
+    decided = phase in ("accept", "commit")
+    parents = [n.parent for n in nodes]
+    final = decided and r.next_token is not None
+    if final:  # the token that ends the round: one more child of the node the walk stopped at
+        parents.append(t.kept[-1] if t.kept else 0)
+    depth = [0] + [n.depth for n in nodes[1:]] + ([nodes[parents[-1]].depth + 1] if final else [])
+    row = [-v for v in slots(parents)]
+    labels = [_label(r, j, phase) for j in range(len(parents))]
+    box_w = [max(_width(a, TOKEN_PX), _width(b, NUMBER_PX)) + 2 * PAD for a, b in labels]
+    col_w = [max(w for w, d in zip(box_w, depth) if d == c) for c in range(max(depth) + 1)]
+    col_x = [sum(col_w[:c]) + GAP_X * c for c in range(len(col_w))]
+    x = [col_x[d] for d in depth]
+    y = [v * (BOX_H + GAP_Y) for v in row]
+    width, height = col_x[-1] + col_w[-1] + 2, (max(row) + 1) * (BOX_H + GAP_Y)
+    path = set(t.kept) | {0}
+    kinds = [(n.status if decided or n.status == ROOT else DRAFTED) for n in nodes] + ([r.next_kind] if final else [])
+    edges = []
+    for j in range(1, len(parents)):
+        a = parents[j]
+        kept = decided and j in path and a in path
+        x0, y0, x1, y1 = x[a] + box_w[a], y[a] + BOX_H / 2, x[j], y[j] + BOX_H / 2
+        mid = (x0 + x1) / 2
+        edges.append(f'<path d="M{x0:.1f},{y0:.1f} C{mid:.1f},{y0:.1f} {mid:.1f},{y1:.1f} {x1:.1f},{y1:.1f}" '
+                     f'fill="none" stroke="{LINE[ACCEPTED] if kept else "#9ca3af"}" stroke-width="{3 if kept else 1.5}"/>')
+    boxes = []
+    for j, ((top, bottom), kind) in enumerate(zip(labels, kinds)):
+        tip = escape(_hover(r, j, phase, greedy).replace("<br>", "\n"), quote=True)
+        boxes.append(
+            f'<g class="tree-node node-{kind}" tabindex="0" role="img" aria-label="{tip}"><title>{tip}</title>'
+            f'<rect x="{x[j] + 1:.1f}" y="{y[j] + 1:.1f}" width="{box_w[j]:.1f}" height="{BOX_H}" rx="4" '
+            f'fill="{FILL[kind]}" stroke="{LINE[kind]}" stroke-width="2"/>'
+            f'<text x="{x[j] + 1 + PAD:.1f}" y="{y[j] + 1 + 17:.1f}" font-size="{TOKEN_PX}">{escape(top)}</text>'
+            f'<text x="{x[j] + 1 + PAD:.1f}" y="{y[j] + 1 + 33:.1f}" font-size="{NUMBER_PX}" fill="#374151">'
+            f'{escape(bottom)}</text></g>')
+    mine = [" (this machine's choice)" if a == 0 else "" for a in asked]
+    sub = (f"W = {t.width}{mine[0]}: children per expanded node at most; N = {t.budget}{mine[1]}: nodes at most; "
+           f"{len(nodes) - 1} drafted. Depth runs left to right, siblings top to bottom in the order they are "
+           f"tested; hover or focus a node for its numbers" + ("; the thick path is kept." if decided else "."))
+    legend = "".join(f'<span class="tree-key"><span class="tree-swatch" style="background:{FILL[k]};border-color:'
+                     f'{LINE[k]}"></span>{escape(NAMES[k])}</span>' for k in dict.fromkeys(kinds))
+    return (f'<div class="spec-tree"><p class="spec-tree-title">Round {r.index + 1}: the token tree</p>'
+            f'<p class="spec-note">{escape(sub)}</p><div class="spec-tree-box">'
+            f'<svg role="group" aria-label="Token tree, round {r.index + 1}" width="{width:.0f}" height="{height:.0f}" '
+            f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="ui-monospace, \'DejaVu Sans Mono\', Menlo, '
+            f'Consolas, monospace">{"".join(edges)}{"".join(boxes)}</svg></div>'
+            f'<p class="spec-legend">{legend}</p></div>')

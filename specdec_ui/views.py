@@ -16,8 +16,8 @@ from html import escape
 from typing import Any
 
 from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, draft_depth, draft_stop_text, explain,
-                            output_text, position_rows, round_stats, segment_detail, segments, tree_cache_text,
-                            tree_explain)
+                            output_text, position_rows, round_stats, segment_detail, segments)
+from specdec.render_tree import tree_cache_text, tree_explain
 from specdec.theory import decode_tokens_per_s
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, RoundTrace, RunSummary, summarize
 

@@ -11,7 +11,7 @@ import pytest
 from playwright import sync_api
 
 from specdec import ModelChoice
-from specdec.render import TREE_HEADERS
+from specdec.render_tree import TREE_HEADERS
 from specdec_ui import browser as chromium
 from specdec_ui.layout import build_demo, launch
 from specdec_ui.state import APP_PROMPT_TOKENS, Loader
@@ -105,6 +105,17 @@ def status(pg, text) -> sync_api.Locator:
     return pg.get_by_text(re.compile(re.escape(text)))
 
 
+def assert_controls_in_view(pg, viewport):
+    """Scrolled to the end of the drafted-token table, the step buttons are still on screen (sticky)."""
+    table = pg.get_by_role("table", name="Drafted tokens")
+    table.evaluate("t => t.scrollIntoView({block: 'end'})")
+    pg.mouse.wheel(0, 400)
+    pg.wait_for_timeout(300)
+    assert pg.evaluate("window.scrollY") > 0                      # the page did scroll
+    box = pg.get_by_role("button", name="Step round").bounding_box()
+    assert box["y"] >= 0 and box["y"] + box["height"] <= viewport["height"], box
+
+
 def test_a_fresh_page_is_truthful_and_results_sit_by_the_controls(page, artifacts):
     assert visible_plots(page) == 0                               # no empty plot boxes before there is data
     expect(page.get_by_text("Temperature 0: the rule has nothing to decide.")).to_have_count(0)
@@ -128,6 +139,8 @@ def test_a_fresh_page_is_truthful_and_results_sit_by_the_controls(page, artifact
     expect(page.get_by_text("The test per drafted token")).to_be_visible()  # the charts appear with data
     assert visible_plots(page) == 2
     page.screenshot(path=artifacts / "app-step-1280x800.png")
+    assert_controls_in_view(page, LAPTOP)
+    page.screenshot(path=artifacts / "app-step-scrolled-1280x800.png")
     page.get_by_role("button", name="Reset", exact=True).click()
     expect(page.get_by_text("Reset: press Draft or Step round to begin.")).to_be_visible()
     expect(page.get_by_text("No tokens yet.").first).to_be_visible()  # nothing stale is left
@@ -365,6 +378,8 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
         expect(pg.get_by_role("table", name="Drafted tokens").get_by_role("columnheader")).to_have_count(8)
         assert pg.evaluate(wide) <= PHONE["width"]               # the table scrolls inside its box, not the page
         pg.screenshot(path=artifacts / "app-step-400px.png", full_page=True)
+        assert_controls_in_view(pg, PHONE)
+        pg.screenshot(path=artifacts / "app-step-scrolled-400px.png")
         pg.get_by_role("tab", name="Run").click()
         for name in ("Run", "Stop run"):  # white on the primary and stop buttons: WCAG AA
             assert pg.get_by_role("button", name=name, exact=True).evaluate(CONTRAST) >= 4.5, name

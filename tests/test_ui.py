@@ -10,7 +10,7 @@ import pytest
 
 import tiny
 from specdec import DecodeConfig, Generation, ModelChoice, SamplingConfig, TraceFile
-from specdec.render import DASH, PHASE_NAMES, TOKEN_KINDS, first_difference, output_text, segments
+from specdec.render import DASH, PHASE_NAMES, TOKEN_KINDS, first_difference, output_text, plural, segments
 from specdec.trace import PHASES, REJECTED, RESAMPLED
 from specdec_ui import charts
 from specdec_ui import handlers as h
@@ -360,7 +360,7 @@ def test_stop_ends_a_run_cleanly_and_idle_stop_says_so(loader, monkeypatch):
     assert rest[-1].status.startswith("Stopped after ") and rest[-1].download
     trace = json.loads(open(rest[-1].download, encoding="utf-8").read())
     assert trace["stop_reason"] == "cancelled" and len(trace["text"]) and rest[-1].status == \
-        f"Stopped after {len(trace['rounds'])} rounds."
+        f"Stopped after {plural(len(trace['rounds']), 'round', 'rounds')}."
     assert h.stop(s) == "Nothing is running."
     assert isinstance(step(loader, "step", s, form()), StepView)  # the session carries on
 

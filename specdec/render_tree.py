@@ -1,0 +1,156 @@
+"""A token-tree round as text: the rule's tests in the order it ran them, and what each phase
+did to the tree and the two caches (SpecInfer, Miao et al. 2023; recursive rejection sampling,
+:func:`specdec.rule.verify_tree`). The chain's counterpart is :mod:`specdec.render`.
+"""
+from __future__ import annotations
+
+from .render import DASH, draft_depth, plural
+from .trace import ACCEPTED, BONUS, PLAIN, REJECTED, RoundTrace
+
+TREE_HEADERS = ["test", "parent", "child", "q(x)", "p(x)", "tested against", "ratio", "u", "verdict",
+                "r after it (top 3)"]
+
+
+def _walk_end(r: RoundTrace) -> int:
+    """The node the walk stopped at: the last of the accepted path, else the root."""
+    return r.tree.kept[-1] if r.tree.kept else 0
+
+
+def _tops(top) -> str:
+    return " · ".join(f"{t.text!r} {t.prob:.2f}" for t in top[:3]) or DASH
+
+
+def tree_test_rows(r: RoundTrace, greedy: bool) -> list[tuple[str, list]]:
+    """The rule's tests of a tree round in the order it ran them (depth by depth down the accepted
+    path, each node's children in index order until one is kept), then the token that ended the
+    round: (row status, cells under TREE_HEADERS)."""
+    nodes = r.tree.nodes
+    tested = sorted((j for j, n in enumerate(nodes) if n.status in (ACCEPTED, REJECTED)),
+                    key=lambda j: (nodes[j].depth, j))
+    name = lambda j: f"{j}: {nodes[j].text!r}"  # noqa: E731
+    rows, against, parent = [], "", None
+    for i, j in enumerate(tested, 1):
+        n = nodes[j]
+        if n.parent != parent:
+            parent, against = n.parent, "the argmax of p" if greedy else "p"
+        kept = n.status == ACCEPTED
+        verdict = (("kept: the argmax" if kept else "rejected: not the argmax") if greedy else
+                   "kept (u ≤ ratio)" if kept else "rejected (u > ratio)")
+        rows.append((n.status, [i, name(n.parent), name(j), round(n.q, 4), round(n.p, 4), against,
+                                round(n.ratio, 3), DASH if n.u is None else round(n.u, 3), verdict,
+                                _tops(n.residual_top) if not kept else DASH]))
+        if not kept and not greedy:
+            against = f"the residual after {n.text!r}"
+    if r.next_token is not None:
+        end = _walk_end(r)
+        if r.next_kind == PLAIN:
+            source, how = "p", "drawn from p: nothing was drafted (room for one more token only)"
+        elif r.next_kind == BONUS:
+            source, how = "p", f"bonus: drawn from p after the leaf {nodes[end].text!r}"
+        elif greedy:
+            source, how = "the argmax of p", "resampled: no child was the argmax, so the argmax itself"
+        else:
+            source, how = against, "resampled: drawn from it"
+        rows.append((r.next_kind, ["then", name(end), repr(r.next_token.text), DASH, DASH, source, DASH, DASH,
+                                   f"{how} (probability {r.next_token.prob:.3g})", _tops(r.next_top)]))
+    return rows
+
+
+def _texts(r: RoundTrace, js) -> str:
+    return ", ".join(repr(r.tree.nodes[j].text) for j in js)
+
+
+def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: float = 0.0) -> str:
+    """One paragraph on what the phase just did to the round's token tree (SpecInfer; recursive
+    rejection sampling, Jeon et al. 2024) and why the output keeps the verifier's distribution."""
+    t, nodes = r.tree, r.tree.nodes
+    n, depth = len(nodes) - 1, draft_depth(r)
+    if n == 0 and phase != "commit":  # one token left in the budget: a plain verifier step
+        return {"draft": "**Draft.** Nothing was drafted: only one more token fits in the budget (max new tokens or "
+                         "the context), so the round is one plain verifier step.",
+                "verify": "**Verify.** One verifier forward produced p for the next position, exactly as plain "
+                          "decoding would.",
+                "accept": f"**Accept/reject.** Nothing to test: {r.next_token.text!r} was drawn from p, as plain "
+                          "decoding would."}[phase]
+    if phase == "draft":
+        how = "q's top tokens" if greedy else "draws from q without replacement, in draw order"
+        stop = {"tree_budget": f"it stopped at its budget of N = {t.budget} nodes",
+                "k": f"it stopped at depth K = {k}",
+                "budget": f"it stopped at depth {depth}, short of K = {k}: no more tokens fit in the budget (max new "
+                          "tokens or the context)",
+                "stop_token": "it stopped where every node left to expand was a stop token",
+                "confidence": f"it stopped there: even its most probable node's draft was less sure than the "
+                              f"confidence threshold {confidence:g} (its top probability before temperature)"
+                }.get(r.draft_stop, "")
+        return (f"**Draft.** The draft model grew a token tree from the last context token, the root "
+                f"({nodes[0].text!r}). Depth by depth it expanded the W = {t.width} most probable nodes (by path "
+                f"probability, the product of q along the path) in one batched forward, each row seeing the context "
+                f"and its own ancestors, and gave each up to W children: {how}, as many as it takes to cover most of "
+                f"q (one where the draft is sure). {plural(n, 'node', 'nodes')} in {plural(depth, 'depth', 'depths')}; "
+                f"{stop}. Nothing is committed yet: the verifier will keep at most one path of it.")
+    if phase == "verify":
+        return (f"**Verify.** One verifier forward read all {n + 1} tree rows at once, the root and the "
+                f"{plural(n, 'node', 'nodes')}, under the tree attention mask below: each row sees the context and its "
+                "own ancestors, never another branch, so each node's p is what a chain along its path would give. "
+                "Nothing is decided yet.")
+    end = _walk_end(r)
+    tried = sum(nodes[j].parent == end for j in range(1, len(nodes)))
+    path = f"It kept {plural(len(t.kept), 'node', 'nodes')} ({_texts(r, t.kept)})" if t.kept else "It kept no node"
+    at = f"at the root ({nodes[0].text!r})" if end == 0 else f"at {nodes[end].text!r}"
+    kids = "its one child" if tried == 1 else f"all its {tried} children"
+    if phase == "accept":
+        if greedy:
+            head = ("**Accept/reject.** At temperature 0 the walk is SpecInfer's VerifyGreedy: from the root it steps "
+                    "to the child whose token is the verifier's argmax, as long as there is one; q and u play no "
+                    "part, so the output is the verifier's greedy sequence. ")
+        else:
+            head = ("**Accept/reject.** The walk starts at the root. A node's children are tested in order: child x "
+                    "is kept iff u ≤ r(x)/q(x), r being p at first; after a rejection r becomes the residual "
+                    "norm(max(0, r − q)) and q loses the rejected token, so the next sibling is tested against what "
+                    "is left (the table). A kept child is where the walk goes on. ")
+        if r.next_kind is None:
+            tail = f"{path}, down to the stop token {nodes[end].text!r}: the output ends there."
+        elif r.next_kind == BONUS:
+            tail = f"{path}, down to a leaf, so the bonus {r.next_token.text!r} is drawn from p there at no extra cost."
+        elif greedy:
+            tail = (f"{path}; {at} {'its one child is not' if tried == 1 else 'none of its children is'} the "
+                    f"argmax, so the argmax {r.next_token.text!r} itself is emitted.")
+        else:
+            tail = (f"{path}; {at} {kids} failed, and {r.next_token.text!r} is drawn from the residual "
+                    f"{'it' if tried == 1 else 'they'} left. Each rejection removes from r "
+                    "exactly the mass its test could have kept, so every emitted token is distributed as p, "
+                    "whichever branches the draft guessed.")
+        return head + tail
+    cut = r.target_cache[0] - r.target_cache[1]
+    return (f"**Commit and keep the path.** {plural(len(r.emitted), 'token', 'tokens')} joined the context. The verifier's "
+            f"KV cache kept the rows of the root and the accepted path, moved into place after the context, and "
+            f"dropped the other {plural(cut, 'row', 'rows')}, so that it holds every context token but the last. The "
+            "next round starts from the new context.")
+
+
+def tree_cache_text(r: RoundTrace, phase: str = "commit") -> str:
+    """The KV-cache lengths of a tree round as far as ``phase``: the forward adds the N + 1 tree
+    rows after the context's entries; keeping the path leaves the root's and the path's."""
+    before, rows, kept = r.context_len - 1, len(r.tree.nodes), len(r.tree.kept)
+    out = f"Verifier KV cache: {before} entries before the round (every context token but the last)"
+    if phase == "draft":
+        out += "; the verifier has not run yet."
+    else:
+        out = (f"Verifier KV cache: {before} context entries + {rows} tree rows (the root and the "
+               f"{plural(rows - 1, 'node', 'nodes')}) = {r.target_cache[0]} after the forward")
+        if phase != "commit":
+            out += " (the path not kept yet)."
+        else:
+            left = r.target_cache[1] - before
+            which = ("the root alone: no node was kept" if left == 1 and kept == 0 else
+                     f"the root and the accepted path's {plural(kept, 'node', 'nodes')}" if left == kept + 1 else
+                     "the root and the accepted path but its last node, now the newest context token")
+            out += (f" → {before} + {left} = {r.target_cache[1]} after keeping the path ({which}); "
+                    f"{r.target_cache[0] - r.target_cache[1]} dropped.")
+    if r.draft_cache is not None:
+        grew = r.draft_cache[0] - r.context_len
+        out += (f" Draft KV cache: {r.draft_cache[0]} after drafting (the {r.context_len} context tokens and the "
+                f"{plural(grew, 'node', 'nodes')} it expanded)")
+        out += (f", {r.draft_cache[1]} after keeping the path's nodes it had run (it catches up on the rest in its "
+                "next forward)." if phase == "commit" else ".")
+    return out
