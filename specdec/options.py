@@ -28,6 +28,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Option:
+    """One option: what :func:`option` declares, and what its field says of it."""
+
     help: str                                   # the one-line meaning: the CLI's help and the app's hint
     allowed: str | None = None                  # what ``valid`` accepts, in an error message's words
     valid: Callable[[Any], bool] | None = None  # None: checked where it is used (a device, a model)
@@ -38,7 +40,7 @@ class Option:
     name: str = ""
     type: Any = None
     default: Any = None
-    required: bool = False                      # no default
+    required: bool = False                      # the field has no default (the prompt)
     path: tuple[str, ...] = ()                  # the attributes that lead to it from the record walked
 
     @property
@@ -52,8 +54,7 @@ class Option:
         elif self.required:
             text = self.help
         else:
-            text = f"{self.help} (default: {self.default:g})" if isinstance(self.default, float) else \
-                f"{self.help} (default: {self.default})"
+            text = f"{self.help} (default: {format(self.default, 'g') if self.type is float else self.default})"
         return text.replace("%", "%%")  # argparse formats help with %
 
 
