@@ -15,18 +15,14 @@ from .engine import Generation
 from .exactness import explain, how_exact
 from .render import first_difference
 from .sampling import NumericalError
-from .settings import (ModelChoice, RunSettings, add_decode_arguments, add_model_arguments, decode_from_args,
-                       models_from_args)
+from .settings import ModelChoice, RunSettings, add_run_arguments, settings_from_args
 from .trace import TraceFile
 from .tree_shape import resolve as resolve_tree
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--prompt", required=True, help="the user prompt")
-    add_model_arguments(common)
-    add_decode_arguments(common)
-    common.add_argument("--no-chat-template", action="store_true", help="feed the prompt raw")
+    add_run_arguments(common)
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser = argparse.ArgumentParser(prog="python -m specdec", description="Speculative decoding, traced.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log = lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr, flush=True)  # noqa: E731
     try:
-        asked = RunSettings(args.prompt, args.drafter, decode_from_args(args), models_from_args(args),
-                            chat_template=not args.no_chat_template)
+        asked = settings_from_args(args)
         pair = asked.models.load(progress=log, k=asked.decode.k, drafter=asked.drafter)
         print(f"precision {pair.precision.reason}", file=sys.stderr)
         if pair.draft_precision is not None:

@@ -1,14 +1,17 @@
 """Typed, frozen configuration objects, validated on construction.
 
-Every bad value raises :class:`ConfigError` (a ``ValueError``) whose message names the field and
-what is allowed, and whose ``field`` attribute names it for a caller that shows the error next to
-its input (the app). The defaults declared here are the only copies: the CLI, the app and the
-benchmarks read them from these classes.
+Each field is an option declared once (:func:`~specdec.options.option`): its type, default, what
+is allowed, its one-line meaning and the app's label. The CLI, the trace files, the app and the
+benchmarks read them from these classes. Every bad value raises :class:`ConfigError` (a
+``ValueError``) whose message names the field and what is allowed, and whose ``field`` attribute
+names it for a caller that shows the error next to its input (the app).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from .options import ConfigError, check, option
 
 MAX_K = 32
 MAX_TREE_WIDTH = 8
@@ -16,29 +19,17 @@ MAX_TREE_NODES = 64
 MIN_TEMPERATURE = 0.01  # below this (but above 0) logits / T overflows or rounds every token but one away
 
 
-class ConfigError(ValueError):
-    """A user-facing configuration mistake: the message names the field and what is allowed."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
-
-
-def _require(ok: bool, field: str, allowed: str, value) -> None:
-    if not ok:
-        raise ConfigError(f"{field} must be {allowed} (got {value!r})", field)
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _set(obj, name: str, value) -> None:
-    object.__setattr__(obj, name, value)  # normalising a frozen field in __post_init__
+def _whole(low: int, high: float = math.inf):
+    """An integer in [low, high] (a bool is no integer here)."""
+    return lambda x: isinstance(x, int) and not isinstance(x, bool) and low <= x <= high
+
+
+def _is_bool(x) -> bool:
+    return isinstance(x, bool)
 
 
 @dataclass(frozen=True)
@@ -48,29 +39,27 @@ class SamplingConfig:
     temperature == 0 selects the exact argmax path (a one-hot distribution), not a tiny divisor;
     a positive temperature must be at least ``MIN_TEMPERATURE``. top_k == 0 and top_p == 1.0
     disable those filters, as in transformers' ``generate()``. Integers are accepted where a
-    number is asked for and stored as floats (transformers' warpers insist on floats).
+    number is asked for and stored as floats.
     """
 
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
+    temperature: float = option(
+        "0 = greedy; try 0.8 to see the rule at work", default=0.0,
+        allowed=f"0 (greedy) or a finite number >= {MIN_TEMPERATURE}",
+        valid=lambda t: _is_number(t) and (t == 0 or t >= MIN_TEMPERATURE), label="Temperature (0 = greedy)")
+    top_k: int = option("sample among the k most likely tokens only; 0 = off", default=0,
+                        allowed="an integer >= 0 (0 disables it)", valid=_whole(0), label="Top-k (0 = off)")
+    top_p: float = option("sample among the fewest most likely tokens that hold this much probability; 1 = off",
+                          default=1.0, allowed="a number in (0, 1]", valid=lambda p: _is_number(p) and 0 < p <= 1,
+                          label="Top-p")
 
-    def __post_init__(self):
-        t = self.temperature
-        _require(_is_number(t) and (t == 0 or t >= MIN_TEMPERATURE), "temperature",
-                 f"0 (greedy) or a finite number >= {MIN_TEMPERATURE}", t)
-        _require(_is_int(self.top_k) and self.top_k >= 0, "top_k", "an integer >= 0 (0 disables it)", self.top_k)
-        p = self.top_p
-        _require(_is_number(p) and 0 < p <= 1, "top_p", "a number in (0, 1]", p)
-        _set(self, "temperature", float(t))
-        _set(self, "top_p", float(p))
+    __post_init__ = check
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodeConfig:
     """One decoding run. ``k`` is the most drafted tokens per round (ignored by the baseline);
     ``confidence`` > 0 makes drafting adaptive: a model draft stops early after a token whose
@@ -80,35 +69,40 @@ class DecodeConfig:
     reports (1 - e) q + e * uniform. ``ignore_eos`` lets a run go on past stop tokens up to
     ``max_new_tokens`` (equal work for timing comparisons, as vLLM's benchmarks do).
     ``tree_width`` W and ``tree_nodes`` N shape the tree drafter's trees (children per expanded
-    node, node budget; K is the depth); 0 lets the machine's measured cost fit choose."""
+    node, node budget; K is the depth); 0 lets the machine's measured cost fit choose.
 
-    max_new_tokens: int = 64
-    k: int = 6             # defaults measured on the embedded pair: benchmarks/results, docs/results.md
-    confidence: float = 0.6
-    seed: int = 0
+    The fields are in the order the app shows them (a trace's settings keep it too)."""
+
+    # the defaults of k and confidence are measured on the embedded pair: benchmarks/results, docs/results.md
+    k: int = option(f"most tokens the draft proposes per round, 1 to {MAX_K} (a tree: its depth)", default=6,
+                    allowed=f"an integer in [1, {MAX_K}]", valid=_whole(1, MAX_K), label="K (drafted tokens per round)")
+    tree_width: int = option(
+        f"children per expanded node of a tree, 1 to {MAX_TREE_WIDTH} (1 is a chain; 0: this machine's measured "
+        "costs choose)", default=0, valid=_whole(0, MAX_TREE_WIDTH),
+        allowed=f"an integer in [1, {MAX_TREE_WIDTH}], or 0 to choose by this machine's costs",
+        label="Tree width W (0 = this machine's choice)", drafters=("tree",))
+    tree_nodes: int = option(
+        f"most drafted nodes per round of a tree, 1 to {MAX_TREE_NODES} (0: this machine's measured costs choose)",
+        default=0, valid=_whole(0, MAX_TREE_NODES),
+        allowed=f"an integer in [1, {MAX_TREE_NODES}], or 0 to choose by this machine's costs",
+        label="Tree nodes N (0 = this machine's choice)", drafters=("tree",))
+    confidence: float = option(
+        "a draft stops early after a token it is less sure of than this; 0 = always K", default=0.6,
+        allowed="a number in [0, 1), 0 for a constant K", valid=lambda c: _is_number(c) and 0 <= c < 1,
+        label="Draft confidence (0 = always K)")
+    draft_noise: float = option(
+        "e in [0, 1]: the draft samples from (1 - e) * q + e * uniform; lossless, just a worse draft", default=0.0,
+        allowed="a number in [0, 1], 0 for the draft as it is", valid=lambda e: _is_number(e) and 0 <= e <= 1,
+        label="Draft noise e (0 = as it is)")
     sampling: SamplingConfig = SamplingConfig()
-    draft_noise: float = 0.0
-    ignore_eos: bool = False
-    tree_width: int = 0
-    tree_nodes: int = 0
+    seed: int = option("same seed, same run", default=0, allowed="an integer in [0, 2^63)", valid=_whole(0, 2**63 - 1),
+                       label="Seed")
+    max_new_tokens: int = option("most tokens to generate", default=64, allowed="an integer >= 1", valid=_whole(1),
+                                 label="Max new tokens")
+    ignore_eos: bool = option("go on past stop tokens up to max-new-tokens (equal work for timing)", default=False,
+                              allowed="True or False", valid=_is_bool)
 
-    def __post_init__(self):
-        _require(_is_int(self.k) and 1 <= self.k <= MAX_K, "k", f"an integer in [1, {MAX_K}]", self.k)
-        c = self.confidence
-        _require(_is_number(c) and 0 <= c < 1, "confidence", "a number in [0, 1), 0 for a constant K", c)
-        _require(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
-                 "max_new_tokens", "an integer >= 1", self.max_new_tokens)
-        _require(_is_int(self.seed) and 0 <= self.seed < 2**63, "seed", "an integer in [0, 2^63)", self.seed)
-        _require(isinstance(self.sampling, SamplingConfig), "sampling", "a SamplingConfig", self.sampling)
-        e = self.draft_noise
-        _require(_is_number(e) and 0 <= e <= 1, "draft_noise", "a number in [0, 1], 0 for the draft as it is", e)
-        _require(isinstance(self.ignore_eos, bool), "ignore_eos", "True or False", self.ignore_eos)
-        _require(_is_int(self.tree_width) and 0 <= self.tree_width <= MAX_TREE_WIDTH, "tree_width",
-                 f"an integer in [1, {MAX_TREE_WIDTH}], or 0 to choose by this machine's costs", self.tree_width)
-        _require(_is_int(self.tree_nodes) and 0 <= self.tree_nodes <= MAX_TREE_NODES, "tree_nodes",
-                 f"an integer in [1, {MAX_TREE_NODES}], or 0 to choose by this machine's costs", self.tree_nodes)
-        _set(self, "confidence", float(c))
-        _set(self, "draft_noise", float(e))
+    __post_init__ = check
 
 
 def validate_prompt(prompt) -> str:

@@ -16,7 +16,7 @@ import gradio as gr
 from . import charts
 from . import handlers as h
 from .charts import COLORS
-from .state import FIELD_LABELS, FORM, TREE_FIELDS, Loader, Session, form_defaults
+from .state import FIELD_LABELS, FIELDS, FORM, HINTS, Loader, Session, form_defaults
 from .views import (UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView, StepView, legend_html,
                     plain_html)
 
@@ -31,14 +31,6 @@ EXAMPLES = [
 INTRO = ("**Speculative decoding, step by step.** A small *draft* model proposes K tokens; the *verifier* checks "
          "them in one forward pass and keeps a leading run, so the output is distributed exactly as the verifier's "
          "own (Leviathan et al. 2023). **p** = verifier, **q** = draft. Settings: the sidebar.")
-HINTS = {"prompt": None, "drafter": None, "k": "most tokens the draft proposes per round, 1 to 32 (a tree: its depth)",
-         "tree_width": "children per expanded node, 1 to 8 (1 is a chain)",
-         "tree_nodes": "most drafted nodes per round, 1 to 64",
-         "confidence": "a draft stops early after a token it is less sure of than this",
-         "draft_noise": "0 to 1: the draft samples from (1 − e)·q + e·uniform; lossless, just worse",
-         "temperature": "0 = greedy; try 0.8 to see the rule at work", "top_k": "0 = off", "top_p": "1 = off",
-         "seed": "same seed, same run", "max_new_tokens": "tokens to generate",
-         "runs": "pairs of runs, seeds s, s+1, ...: the spread of the speed-up"}
 NOTEBOOK_LINES = {
     "01_the_rule": "the rule by hand on made-up p and q: acceptance = Σ min(p, q), the residual, the argmax-draft bug",
     "02_one_real_round": "one real round of the embedded pair, every number of this page's Step through tab",
@@ -188,22 +180,28 @@ def _notebooks() -> str:
 
 
 def _settings() -> dict:
-    d = form_defaults()
-    form = {"prompt": gr.Textbox(label=FIELD_LABELS["prompt"], lines=4, value=EXAMPLES[0][0]),
-            "drafter": gr.Radio([("draft model", "model"), ("lookup, else model", "hybrid"),
-                                 ("model, as a token tree", "tree"), ("prompt lookup", "lookup")],
-                                value=d["drafter"], label=FIELD_LABELS["drafter"])}
-    for name in FORM[2:]:  # integer fields take any number and refuse 2.5 themselves (no silent rounding)
-        form[name] = gr.Number(d[name], label=FIELD_LABELS[name], info=HINTS[name],
-                               visible=name not in TREE_FIELDS or d["drafter"] == "tree")
+    values = {**form_defaults(), "prompt": EXAMPLES[0][0]}
+    form = {o.name: _field(o, values[o.name], o.drafters is None or values["drafter"] in o.drafters) for o in FIELDS}
     gr.Examples(EXAMPLES, [form["prompt"], form["drafter"]], label="Example prompts")
     assert tuple(form) == FORM
-    tree_fields = [form[name] for name in TREE_FIELDS]  # W and N shown with the tree drafter only
-    form["drafter"].change(lambda drafter: [gr.update(visible=drafter == "tree")] * len(tree_fields), form["drafter"],
-                           tree_fields, show_progress="hidden", queue=False)
+    some = [o for o in FIELDS if o.drafters]  # shown with their drafters only (the tree's W and N)
+    form["drafter"].change(lambda drafter: [gr.update(visible=drafter in o.drafters) for o in some], form["drafter"],
+                           [form[o.name] for o in some], show_progress="hidden", queue=False)
     for name, component in form.items():  # a fixed value loses its red message at once
         component.input(partial(_hint, name), None, component, show_progress="hidden", queue=False)
     return form
+
+
+def _field(o, value, visible: bool):
+    """The input an option's type asks for: a radio for choices, a text box for text, else a number
+    box (integer fields take any number and refuse 2.5 themselves: no silent rounding)."""
+    if o.app_choices:
+        return gr.Radio([(words, v) for v, words in o.app_choices.items()], value=value, label=o.label,
+                        visible=visible)
+    if o.type is str:
+        return gr.Textbox(value, label=o.label, lines=4, visible=visible)
+    assert o.type in (int, float), f"{o.name}: the form has no input for {o.type}"
+    return gr.Number(value, label=o.label, info=HINTS[o.name], visible=visible)
 
 
 def _hint(name: str):

@@ -11,24 +11,23 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from specdec import (ConfigError, DecodeConfig, Generation, ModelChoice, ModelLoadError, NumericalError, RoundTrace,
-                     RunSettings, TraceFile)
-from specdec.config import SamplingConfig
+from specdec import (ConfigError, Generation, ModelChoice, ModelLoadError, NumericalError, RoundTrace, RunSettings,
+                     TraceFile)
+from specdec.options import build, flat, options_of
 from specdec.render import PHASES_OF_A_ROUND
 
-# The settings form, in the order the layout shows it; the handlers receive a dict keyed by these.
-FORM = ("prompt", "drafter", "k", "tree_width", "tree_nodes", "confidence", "draft_noise", "temperature", "top_k",
-        "top_p", "seed", "max_new_tokens")
+# The settings form: the options the app shows (those with a label, :mod:`specdec.options`), in
+# their order; the handlers receive a dict keyed by their names.
+FIELDS = tuple(o for o in options_of(RunSettings) if o.label)
+FORM = tuple(o.name for o in FIELDS)
 # The words on the screen for each field (and the upload box); messages use them, never the code names.
-FIELD_LABELS = {"prompt": "Prompt", "drafter": "Drafter", "k": "K (drafted tokens per round)",
-                "tree_width": "Tree width W (0 = this machine's choice)",
-                "tree_nodes": "Tree nodes N (0 = this machine's choice)",
-                "confidence": "Draft confidence (0 = always K)", "draft_noise": "Draft noise e (0 = as it is)",
-                "temperature": "Temperature (0 = greedy)", "top_k": "Top-k (0 = off)", "top_p": "Top-p",
-                "seed": "Seed", "max_new_tokens": "Max new tokens", "upload": "Replay a downloaded trace",
-                "runs": "Runs"}
-TREE_FIELDS = ("tree_width", "tree_nodes")  # shown, read and checked with the tree drafter only
-INTEGER_FIELDS = ("k", *TREE_FIELDS, "top_k", "seed", "max_new_tokens", "runs")
+FIELD_LABELS = {**{o.name: o.label for o in FIELDS}, "upload": "Replay a downloaded trace", "runs": "Runs"}
+# The line under a field: the option's meaning, the CLI's help too. A radio's choices and a text
+# box say what they take, and get none.
+HINTS = {**{o.name: None if o.app_choices or o.type is str else o.help for o in FIELDS},
+         "runs": "pairs of runs, seeds s, s+1, ...: the spread of the speed-up"}
+TREE_FIELDS = tuple(o.name for o in FIELDS if o.drafters == ("tree",))  # shown, read and checked with the tree only
+INTEGER_FIELDS = (*(o.name for o in FIELDS if o.type is int), "runs")
 # The app's models are shared by every browser session: a prompt may hold this many tokens, well
 # under the 32k context, so that no one prompt's prefill holds the models for minutes. The CLI
 # takes prompts up to the model's context.
@@ -36,21 +35,14 @@ APP_PROMPT_TOKENS = 2048
 
 
 def form_defaults() -> dict:
-    """The form's initial values: the engine's defaults, declared once in specdec.config."""
-    d = DecodeConfig()
-    return {"prompt": "", "drafter": "model", "k": d.k, "tree_width": d.tree_width, "tree_nodes": d.tree_nodes,
-            "confidence": d.confidence, "draft_noise": d.draft_noise,
-            "temperature": d.sampling.temperature, "top_k": d.sampling.top_k, "top_p": d.sampling.top_p,
-            "seed": d.seed, "max_new_tokens": d.max_new_tokens}
+    """The form's initial values: the options' defaults (a required one starts empty)."""
+    return {o.name: "" if o.required else o.default for o in FIELDS}
 
 
 def form_values(settings: RunSettings) -> dict:
     """The form's values for a settings record (a replayed trace restores them)."""
-    d, s = settings.decode, settings.decode.sampling
-    return {"prompt": settings.prompt, "drafter": settings.drafter, "k": d.k, "tree_width": d.tree_width,
-            "tree_nodes": d.tree_nodes, "confidence": d.confidence,
-            "draft_noise": d.draft_noise, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
-            "seed": d.seed, "max_new_tokens": d.max_new_tokens}
+    values = flat(settings)
+    return {name: values[name] for name in FORM}
 
 
 def _whole_numbers(form: dict) -> dict:
@@ -67,19 +59,14 @@ def _whole_numbers(form: dict) -> dict:
 
 def parse_form(form: dict, pair=None) -> RunSettings:
     """The form's values as the run's settings record; ConfigError names the first bad field.
-    Without a pair (a replay needs no models) the prompt's length in tokens is not checked. The
-    tree's W and N are hidden and not read with another drafter: they take their defaults."""
-    if form.get("drafter") != "tree":
-        form = {**form, **{name: form_defaults()[name] for name in TREE_FIELDS}}
-    form = _whole_numbers(form)
-    sampling = SamplingConfig(form["temperature"], form["top_k"], form["top_p"])
-    decode = DecodeConfig(max_new_tokens=form["max_new_tokens"], k=form["k"], confidence=form["confidence"],
-                          seed=form["seed"], sampling=sampling, draft_noise=form["draft_noise"],
-                          tree_width=form["tree_width"], tree_nodes=form["tree_nodes"])
-    settings = RunSettings(form["prompt"], form["drafter"], decode,
-                           ModelChoice.of(pair) if pair is not None else ModelChoice())
+    Without a pair (a replay needs no models) the prompt's length in tokens is not checked. A
+    field that only some drafters read (the tree's W and N) is hidden and not read with another
+    drafter: it takes its default, as do the options the app does not show."""
+    unread = {o.name: o.default for o in FIELDS if o.drafters and form.get("drafter") not in o.drafters}
+    settings = build(RunSettings, _whole_numbers({**form, **unread}))
     if pair is None:
         return settings
+    settings = replace(settings, models=ModelChoice.of(pair))
     n = len(pair.encode(settings.prompt))
     if n > APP_PROMPT_TOKENS:
         raise ConfigError(f"prompt must be at most {APP_PROMPT_TOKENS} tokens in the app, which shares its models "
