@@ -73,7 +73,7 @@ class ScriptedDrafter(Drafter):
                   for j in range(start, min(start + k, len(self.truth)))]
         probs = torch.zeros(len(tokens), self.vocab)
         probs[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)] = 1.0
-        return Proposal(tokens, probs)
+        return Proposal.chain(committed[-1], tokens, probs)
 
 
 def test_scripted_draft_gives_partial_acceptance_at_every_position():
