@@ -27,7 +27,7 @@ from .cache import CachedLM
 from .config import SamplingConfig
 from .devices import Clock
 from .proposal import (CONFIDENCE, COPY_END, LIMIT, LOOKUP, MODEL, NO_MATCH, NOTHING, STOP_TOKEN,
-                       Proposal)
+                       Proposal, one_hot)
 from .sampling import draw, host_read, numerics, probs_from_logits, raise_numerical, sample, to_device
 
 def mix_uniform(q: torch.Tensor, noise: float) -> torch.Tensor:
@@ -54,8 +54,9 @@ class Drafter:
 
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator, confidence: float = 0.0, noise: float = 0.0) -> Proposal:
-        """Up to ``k`` tokens after ``context``; a model drafter stops early after a token whose
-        confidence is below ``confidence``; ``noise`` degrades q (see the module docstring)."""
+        """A proposal of depth <= ``k`` after ``context`` (here a chain of up to ``k`` tokens); a model
+        drafter stops early after a token whose confidence is below ``confidence``; ``noise`` degrades q
+        (see the module docstring)."""
         raise NotImplementedError
 
     def prefill(self, prompt: list[int], cancelled=lambda: False) -> bool:
@@ -76,7 +77,7 @@ class NoDrafter(Drafter):
         self.vocab_size, self.device = vocab_size, torch.device(device)
 
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
-        return Proposal.chain(context[-1], [], torch.zeros(0, self.vocab_size, device=self.device), stopped=NOTHING)
+        return Proposal.chain(context[-1], [], torch.zeros(1, self.vocab_size, device=self.device), stopped=NOTHING)
 
 
 class ModelDrafter(Drafter):
@@ -116,10 +117,11 @@ class ModelDrafter(Drafter):
             if stopped != LIMIT:
                 break
         if not ids:
-            return Proposal.chain(context[-1], [], torch.zeros(0, self.cache.vocab_size, device=self.cache.device),
+            return Proposal.chain(context[-1], [], torch.zeros(1, self.cache.vocab_size, device=self.cache.device),
                                   forward_s, stopped)
         ids_k = torch.cat(ids)                                                    # (K,)
-        probs = torch.nn.functional.one_hot(ids_k, rows[0].shape[-1]).float() if fast else torch.cat(dists)  # (K, V)
+        V = rows[0].shape[-1]
+        probs = one_hot(ids_k, V) if fast else torch.cat(dists + [dists[0].new_zeros(1, V)])  # (K+1, V) a leaf last
         # the round's one read: the ids not read yet, the NaN test of the (K, V) logits and q, the confidences
         flags = numerics(torch.cat(rows), None if fast else probs)              # (2,)
         *got, nan, bad = host_read(torch.cat(sure), ids_k[len(tokens):], flags)
@@ -162,10 +164,11 @@ class LookupDrafter(Drafter):
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
         copied = self._lookup(context, k)
         if not copied:
-            return Proposal.chain(context[-1], [], torch.zeros(0, self.vocab_size, device=self.device), stopped=NO_MATCH)
-        one_hot = torch.nn.functional.one_hot(to_device(copied, self.device), self.vocab_size).float()  # (K, V)
-        probs = mix_uniform(one_hot, noise)                                  # (K, V)
-        tokens = copied if not noise else draw(probs, generator).tolist()
+            return Proposal.chain(context[-1], [], torch.zeros(1, self.vocab_size, device=self.device), stopped=NO_MATCH)
+        probs = one_hot(to_device(copied, self.device), self.vocab_size)    # (K+1, V) a leaf last
+        if noise:
+            probs[:-1] = mix_uniform(probs[:-1], noise)
+        tokens = copied if not noise else draw(probs[:-1], generator).tolist()
         return Proposal.chain(context[-1], tokens, probs, stopped=LIMIT if len(tokens) == k else COPY_END)
 
     def _visible(self, start: int, end: int) -> bool:

@@ -2,8 +2,10 @@
 
 A :class:`Generation` is one run. Iterating it drives the engine one draft/verify round at a
 time and yields a frozen :class:`~specdec.trace.RoundTrace` per round, so the CLI consumes it
-all at once while the app steps through it. The verifier-only baseline is the same loop with a
-drafter that proposes nothing, so both are measured with the same instrumentation.
+all at once while the app steps through it. Every drafter proposes a token tree
+(:class:`~specdec.proposal.Proposal`; a chain is the tree of width one), so one round serves
+them all; the verifier-only baseline is the same loop with a drafter that proposes nothing, so
+both are measured with the same instrumentation. The round's trace is built in :mod:`specdec.record`.
 
 All randomness (draft sampling, the draws u, the resample) comes from one ``torch.Generator``
 seeded once per run, so the same seed gives the same tokens and the same trace. Every phase is

@@ -42,10 +42,12 @@ class Proposal:
     @classmethod
     def chain(cls, root: int, drafted: list[int], probs: torch.Tensor, forward_s: float = 0.0, stopped: str = LIMIT,
               confidence: tuple[float, ...] = (), source: str = "") -> Proposal:
-        """K tokens drafted one after another after ``root``, token i drawn from ``probs[i]`` (K, V)."""
-        parents = tuple(range(-1, len(drafted)))
-        probs = torch.cat([probs, probs.new_zeros(1, probs.shape[-1])])         # (K+1, V) the last node: a leaf
-        return cls(parents, (root, *drafted), probs, forward_s, stopped, confidence, source)
+        """K tokens drafted one after another after ``root``. ``probs`` (K+1, V): row i the q token i was
+        drawn from, row K zeros (the last token is a leaf), built so by the drafter: no copy per round."""
+        if probs.shape[0] != len(drafted) + 1:
+            raise ValueError(f"q of a chain of {len(drafted)} tokens must have {len(drafted) + 1} rows, "
+                             f"got {probs.shape[0]}")
+        return cls(tuple(range(-1, len(drafted))), (root, *drafted), probs, forward_s, stopped, confidence, source)
 
     @property
     def n(self) -> int:
@@ -59,3 +61,10 @@ class Proposal:
     @property
     def is_chain(self) -> bool:
         return all(a == j - 1 for j, a in enumerate(self.parents))
+
+
+def one_hot(ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(K,) ids -> (K+1, V): row i one-hot at ids[i], row K zeros. The q of a chain drafted deterministically."""
+    probs = torch.zeros(len(ids) + 1, vocab, device=ids.device)                  # (K+1, V)
+    probs[:-1].scatter_(1, ids[:, None], 1.0)
+    return probs

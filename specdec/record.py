@@ -48,15 +48,15 @@ def round_trace(*, index: int, context_len: int, proposal: Proposal, target_prob
     stopped_in_drafts = len(outcome.emitted) <= len(path)
     last = path[-1] if path else 0
     first_rejected = next((j for j in range(1, N + 1) if proposal.parents[j] == last), None)
-    if not tree:
-        shown = list(range(1, N + 1))
+    if not tree:  # a chain: every node, whose parents are the rows before them (a view, no copy)
+        shown, rows = list(range(1, N + 1)), slice(0, N)
     else:
         shown = path + ([first_rejected] if first_rejected is not None and not stopped_in_drafts else [])
+        rows = to_device([proposal.parents[j] for j in shown], p.device)         # (S,) shown nodes' parents
 
     # ONE host read: the shown positions' numbers (_position_numbers), the draws and ratios, the top of the
     # distribution the next token was drawn from and, for a tree, every node's q(x) and p(x) at its parent
     # and the verdict's per-node numbers and residual tops
-    rows = to_device([proposal.parents[j] for j in shown], p.device)             # (S,) shown nodes' parents
     packed = _position_numbers(p[rows], q[rows], to_device([proposal.tokens[j] for j in shown], p.device), n)
     next_dist = verdict.next_dist[0]                                              # (V,)
     parts = [packed, verdict.ratios[0], verdict.uniforms[0], *next_dist.topk(n), next_dist[nxt]]

@@ -12,7 +12,8 @@ that the losslessness test can run 10^5 rounds in one call; the engine calls it 
 A tree of drafted tokens is verified by recursive rejection sampling without replacement
 (``verify_tree``; Jeon et al. 2024, "Recursive Speculative Decoding", arXiv:2402.14160):
 the siblings below a node are tested in the order they were drawn, each against what is left of p
-after the earlier ones were rejected. The chain is the tree of width 1 and gives ``verify``'s rule.
+after the earlier ones were rejected. The chain is the tree of width 1: there the walk is ``verify``'s
+rule, and ``verify_tree`` hands a chain to ``verify`` itself, which draws as Algorithm 1 does.
 
 Shapes: B trials, K drafted tokens, V vocabulary entries; in a tree N+1 nodes (node 0 the root),
 D its depth and W the most children of one node.

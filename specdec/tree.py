@@ -21,6 +21,8 @@ the draft alone: the node's path probability and the budget), and its children a
 order, so a child's presence never depends on its own value. (Pruning drafted children by their
 own probability, EAGLE-2's final re-ranking, would bias the test at temperature > 0.)
 
+A tree is a :class:`~specdec.proposal.Proposal` like every drafter's (a chain is the tree whose
+node j has parent j - 1); its structure (children, depths, ancestors, the attention mask) is here.
 Node 0 is the root; ``parents[j] < j``; a node's children are its children in index order.
 Shapes: N drafted nodes, W width, V vocabulary entries.
 """
