@@ -97,7 +97,7 @@ class TreeVerdict:
     tested: torch.Tensor      # (B, N+1) bool  the rule decided on this node (compared it, at T = 0)
     accepted: torch.Tensor    # (B, N+1) bool  on the accepted path (the root excluded)
     ratios: torch.Tensor      # (B, N+1) r(x) / q_i(x) at the test (T = 0: p(x), 0 or 1); NaN where untested
-    uniforms: torch.Tensor    # (B, N+1) the draw u in (0, 1] at the test; NaN where untested or greedy
+    uniforms: torch.Tensor    # (B, N+1) the draw u in (0, 1] at the test; NaN where untested, or greedy in a tree
     path: torch.Tensor        # (B, D)   node indices of the accepted path in depth order, -1 padded
     n_accepted: torch.Tensor  # (B,)     length of the accepted path, 0..D
     last: torch.Tensor        # (B,)     the node the walk stopped at (0 = the root)
