@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from .config import ConfigError
 from .embedded import ModelLoadError
@@ -17,7 +18,6 @@ from .render import first_difference
 from .sampling import NumericalError
 from .settings import ModelChoice, RunSettings, add_run_arguments, settings_from_args
 from .trace import TraceFile
-from .tree_shape import resolve as resolve_tree
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,18 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         if pair.draft_precision is not None:
             print(f"draft precision {pair.draft_precision.reason}", file=sys.stderr)
         print(f"greedy output equals verifier-only: {how_exact(pair)}", file=sys.stderr)
-        decode = asked.decode
-        if asked.drafter == "tree":
-            decode, why = resolve_tree(pair, decode)
-            print(f"tree shape {why}", file=sys.stderr)
         # the record names what actually ran: the resolved device, precision and tree shape, not "auto"
-        settings = RunSettings(asked.prompt, asked.drafter, decode, ModelChoice.of(pair), asked.chat_template)
+        settings = RunSettings(asked.prompt, asked.drafter, asked.decode, ModelChoice.of(pair), asked.chat_template)
 
         def run(drafter: str) -> Generation:
-            return Generation.from_prompt(pair, settings.prompt, settings.decode, drafter, settings.chat_template).run()
+            gen = Generation.from_prompt(pair, settings.prompt, settings.decode, drafter, settings.chat_template)
+            if gen.tree_shape:
+                print(f"tree shape {gen.tree_shape}", file=sys.stderr)
+            return gen.run()
 
         if args.command == "generate":
             gen = run(settings.drafter)
+            settings = replace(settings, decode=gen.cfg)
             if args.json:
                 print(TraceFile(settings.to_dict(), tuple(gen.rounds), gen.prefill_s, gen.text,
                                 gen.stop_reason).to_json())
@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n" + _line(name, gen.summary().to_dict()), file=sys.stderr)
             return 0
         base, spec = run("none"), run(settings.drafter)
+        settings = replace(settings, decode=spec.cfg)
         b, s = base.summary(), spec.summary()
         out = {"settings": settings.to_dict(), "baseline": _result(base), "speculative": _result(spec),
                "speedup": s.tokens_per_s / b.tokens_per_s if b.tokens_per_s else 0.0,

@@ -1,7 +1,8 @@
-"""Drafters: who proposes the K tokens the verifier checks.
+"""Drafters: who proposes the tokens the verifier checks.
 
-Contract: ``propose`` returns the drafted ids *and exactly the distribution each was sampled
-from*. The most repeated bug in the field is drafting by argmax while the ratio uses softmax q
+Contract: ``propose`` returns a :class:`~specdec.proposal.Proposal` (here a chain of K tokens; a
+token tree from :class:`~specdec.tree.TreeDrafter`): the drafted ids *and exactly the distribution
+each was sampled from*. The most repeated bug in the field is drafting by argmax while the ratio uses softmax q
 (transformers #32867); here the draft model samples from the same warped q it returns, and a
 deterministic drafter (prompt lookup) returns one-hot q.
 
@@ -18,33 +19,16 @@ Shapes: K drafted tokens, V vocabulary entries.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import torch
 
 from .cache import CachedLM
 from .config import SamplingConfig
 from .devices import Clock
+from .proposal import (CONFIDENCE, COPY_END, LIMIT, LOOKUP, MODEL, NO_MATCH, NOTHING, STOP_TOKEN,
+                       Proposal, one_hot)
 from .sampling import draw, host_read, numerics, probs_from_logits, raise_numerical, sample, to_device
-
-# Why a proposal ended. LIMIT: it drafted as many tokens as it was asked for (the engine tells K
-# from the round's budget); CONFIDENCE: the draft's confidence in its last token was below the
-# threshold; STOP_TOKEN: it drafted a stop token; NO_MATCH: prompt lookup found nothing to copy;
-# COPY_END: prompt lookup copied all that followed its match; NOTHING: verifier only.
-LIMIT, CONFIDENCE, STOP_TOKEN, NO_MATCH, COPY_END, NOTHING = (
-    "limit", "confidence", "stop_token", "no_match", "copy_end", "nothing")
-LOOKUP, MODEL = "lookup", "model"  # who drafted a hybrid drafter's proposal
-
-
-@dataclass(frozen=True)
-class Proposal:
-    tokens: list[int]        # (K,)
-    probs: torch.Tensor      # (K, V) the distributions the tokens were drawn from
-    forward_s: float = 0.0   # wall time inside model forwards
-    stopped: str = LIMIT     # why drafting ended (LIMIT, CONFIDENCE, ...)
-    confidence: tuple[float, ...] = ()  # per token: what the confidence test read (model drafter only)
-    source: str = ""         # LOOKUP or MODEL for a hybrid drafter's proposal; "" otherwise
-
 
 def mix_uniform(q: torch.Tensor, noise: float) -> torch.Tensor:
     """(N, V) -> (N, V): (1 - e) q + e / V, the degraded draft distribution."""
@@ -70,12 +54,16 @@ class Drafter:
 
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator, confidence: float = 0.0, noise: float = 0.0) -> Proposal:
-        """Up to ``k`` tokens after ``context``; a model drafter stops early after a token whose
-        confidence is below ``confidence``; ``noise`` degrades q (see the module docstring)."""
+        """A proposal of depth <= ``k`` after ``context`` (here a chain of up to ``k`` tokens); a model
+        drafter stops early after a token whose confidence is below ``confidence``; ``noise`` degrades q
+        (see the module docstring)."""
         raise NotImplementedError
 
     def prefill(self, prompt: list[int], cancelled=lambda: False) -> bool:
         return self.cache.prefill(prompt[:-1], cancelled) if self.cache is not None else True
+
+    def keep_path(self, path: list[int]) -> None:
+        """Keep the cache entries of the accepted path (node indices in depth order): a chain's are in place."""
 
     def rollback(self, context: list[int]) -> None:
         if self.cache is not None:
@@ -89,7 +77,7 @@ class NoDrafter(Drafter):
         self.vocab_size, self.device = vocab_size, torch.device(device)
 
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
-        return Proposal([], torch.zeros(0, self.vocab_size, device=self.device), stopped=NOTHING)
+        return Proposal.chain(context[-1], [], torch.zeros(1, self.vocab_size, device=self.device), stopped=NOTHING)
 
 
 class ModelDrafter(Drafter):
@@ -129,9 +117,11 @@ class ModelDrafter(Drafter):
             if stopped != LIMIT:
                 break
         if not ids:
-            return Proposal([], torch.zeros(0, self.cache.vocab_size, device=self.cache.device), forward_s, stopped)
+            return Proposal.chain(context[-1], [], torch.zeros(1, self.cache.vocab_size, device=self.cache.device),
+                                  forward_s, stopped)
         ids_k = torch.cat(ids)                                                    # (K,)
-        probs = torch.nn.functional.one_hot(ids_k, rows[0].shape[-1]).float() if fast else torch.cat(dists)  # (K, V)
+        V = rows[0].shape[-1]
+        probs = one_hot(ids_k, V) if fast else torch.cat(dists + [dists[0].new_zeros(1, V)])  # (K+1, V) a leaf last
         # the round's one read: the ids not read yet, the NaN test of the (K, V) logits and q, the confidences
         flags = numerics(torch.cat(rows), None if fast else probs)              # (2,)
         *got, nan, bad = host_read(torch.cat(sure), ids_k[len(tokens):], flags)
@@ -140,7 +130,7 @@ class ModelDrafter(Drafter):
         if len(tokens) < len(ids):  # the K-th token: whatever it is, drafting ends; why is recorded
             tokens.append(int(got[-1]))
             stopped = self._stop(tokens[-1], bool(confidence) and confidences[-1] < confidence)
-        return Proposal(tokens, probs, forward_s, stopped, confidences)
+        return Proposal.chain(context[-1], tokens, probs, forward_s, stopped, confidences)
 
     @staticmethod
     def _read(token: torch.Tensor, sure: torch.Tensor, confidence: float) -> tuple[int, bool]:
@@ -174,11 +164,12 @@ class LookupDrafter(Drafter):
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
         copied = self._lookup(context, k)
         if not copied:
-            return Proposal([], torch.zeros(0, self.vocab_size, device=self.device), stopped=NO_MATCH)
-        one_hot = torch.nn.functional.one_hot(to_device(copied, self.device), self.vocab_size).float()  # (K, V)
-        probs = mix_uniform(one_hot, noise)                                  # (K, V)
-        tokens = copied if not noise else draw(probs, generator).tolist()
-        return Proposal(tokens, probs, stopped=LIMIT if len(tokens) == k else COPY_END)
+            return Proposal.chain(context[-1], [], torch.zeros(1, self.vocab_size, device=self.device), stopped=NO_MATCH)
+        probs = one_hot(to_device(copied, self.device), self.vocab_size)    # (K+1, V) a leaf last
+        if noise:
+            probs[:-1] = mix_uniform(probs[:-1], noise)
+        tokens = copied if not noise else draw(probs[:-1], generator).tolist()
+        return Proposal.chain(context[-1], tokens, probs, stopped=LIMIT if len(tokens) == k else COPY_END)
 
     def _visible(self, start: int, end: int) -> bool:
         return not any(self.hidden[start:end])
@@ -216,7 +207,5 @@ class HybridDrafter(Drafter):
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
         copied = self.lookup._lookup(context, k)
         if len(copied) >= min(self.min_copy, k):
-            p = self.lookup.propose(context, k, sampling, generator, confidence, noise)
-            return Proposal(p.tokens, p.probs, p.forward_s, p.stopped, p.confidence, LOOKUP)
-        p = self.model.propose(context, k, sampling, generator, confidence, noise)
-        return Proposal(p.tokens, p.probs, p.forward_s, p.stopped, p.confidence, MODEL)
+            return replace(self.lookup.propose(context, k, sampling, generator, confidence, noise), source=LOOKUP)
+        return replace(self.model.propose(context, k, sampling, generator, confidence, noise), source=MODEL)

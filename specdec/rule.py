@@ -12,7 +12,8 @@ that the losslessness test can run 10^5 rounds in one call; the engine calls it 
 A tree of drafted tokens is verified by recursive rejection sampling without replacement
 (``verify_tree``; Jeon et al. 2024, "Recursive Speculative Decoding", arXiv:2402.14160):
 the siblings below a node are tested in the order they were drawn, each against what is left of p
-after the earlier ones were rejected. The chain is the tree of width 1 and gives ``verify``'s rule.
+after the earlier ones were rejected. The chain is the tree of width 1: there the walk is ``verify``'s
+rule, and ``verify_tree`` hands a chain to ``verify`` itself, which draws as Algorithm 1 does.
 
 Shapes: B trials, K drafted tokens, V vocabulary entries; in a tree N+1 nodes (node 0 the root),
 D its depth and W the most children of one node.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from .sampling import draw
+from .tree import children, depths
 
 
 class DrafterContractError(ValueError):
@@ -71,10 +73,7 @@ def verify(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: 
     q_pad = torch.cat([draft_probs, draft_probs.new_zeros(B, 1, V)], dim=1)  # (B, K+1, V)
     rows = torch.arange(B, device=target_probs.device)
     p_next = target_probs[rows, n_accepted]                           # (B, V)
-    residual = (p_next - q_pad[rows, n_accepted]).clamp_min(0)        # (B, V)
-    mass = residual.sum(-1, keepdim=True)                             # (B, 1)
-    # A rejection implies p(x) < q(x), hence mass > 0 mathematically; only rounding can zero it.
-    next_dist = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_next)  # (B, V)
+    next_dist = _residual(p_next, q_pad[rows, n_accepted])            # (B, V)
     if greedy:
         next_token = next_dist.argmax(-1)
     else:
@@ -98,13 +97,14 @@ class TreeVerdict:
     tested: torch.Tensor      # (B, N+1) bool  the rule decided on this node (compared it, at T = 0)
     accepted: torch.Tensor    # (B, N+1) bool  on the accepted path (the root excluded)
     ratios: torch.Tensor      # (B, N+1) r(x) / q_i(x) at the test (T = 0: p(x), 0 or 1); NaN where untested
-    uniforms: torch.Tensor    # (B, N+1) the draw u in (0, 1] at the test; NaN where untested or greedy
+    uniforms: torch.Tensor    # (B, N+1) the draw u in (0, 1] at the test; NaN where untested, or greedy in a tree
     path: torch.Tensor        # (B, D)   node indices of the accepted path in depth order, -1 padded
     n_accepted: torch.Tensor  # (B,)     length of the accepted path, 0..D
     last: torch.Tensor        # (B,)     the node the walk stopped at (0 = the root)
     next_dist: torch.Tensor   # (B, V)   last residual after every child of `last` was rejected, or p at `last`
     next_token: torch.Tensor  # (B,)     sampled from next_dist (argmax when greedy)
     residuals: torch.Tensor | None  # (B, N+1, V) the residual right after node j was rejected, zeros elsewhere
+    contract: torch.Tensor    # ()       bool: q_i(x) > 0 at every node (the drafter kept its contract)
 
 
 def _without(q: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
@@ -119,33 +119,19 @@ def _without(q: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
 def _residual(r: torch.Tensor, q_i: torch.Tensor) -> torch.Tensor:
     """(L, V) norm(max(0, r - q_i)): what the next sibling (or the final token) must be drawn from after
     q_i's sample was rejected under target r. Keeping r instead re-counts the mass already offered."""
-    res = (r - q_i).clamp_min(0)                                      # (L, V)
-    mass = res.sum(-1, keepdim=True)                                  # (L, 1)
+    residual = (r - q_i).clamp_min(0)                                 # (L, V)
+    mass = residual.sum(-1, keepdim=True)                             # (L, 1)
     # A rejection implies r(x) < q_i(x), hence mass > 0 mathematically; only rounding can zero it, when
-    # r == q_i up to rounding. The residual before it is then the nearest distribution at hand (as in
-    # ``verify``, which falls back to p): it never gives 0 / 0 = NaN, and the event is as rare as the rounding.
-    return torch.where(mass > 0, res / mass.clamp_min(1e-30), r)
+    # r == q_i up to rounding. The residual before it is then the nearest distribution at hand (in
+    # ``verify``, p): it never gives 0 / 0 = NaN, and the event is as rare as the rounding.
+    return torch.where(mass > 0, residual / mass.clamp_min(1e-30), r)
 
 
-def _children(parents: list[int] | tuple[int, ...]) -> tuple[list[list[int]], int]:
-    """Each node's children in increasing index order (the order the drafter drew them in), and the depth D."""
-    if len(parents) == 0 or parents[0] != -1:
-        raise ValueError(f"parents[0] must be -1 (node 0 is the root), got {list(parents[:1])}")
-    kids: list[list[int]] = [[] for _ in parents]
-    depth = [0]
-    for i in range(1, len(parents)):
-        j = parents[i]
-        if not 0 <= j < i:
-            raise ValueError(f"parents[{i}] = {j}: a node's parent must come before it, 0 <= parents[i] < i")
-        kids[j].append(i)
-        depth.append(depth[j] + 1)
-    return kids, max(depth)
-
-
-def _check_drafter(kids: list[list[int]], tokens: torch.Tensor, draft_probs: torch.Tensor) -> None:
-    # q_i(x_i) > 0 iff q(x_i) > 0 under the parent's row and x_i is no earlier sibling's token (sampling
-    # without replacement never repeats one). Checked for every node, tested or not, so that a broken
-    # drafter is refused whatever the draws; broken, r(x) / 0 = inf would accept the token always.
+def _contract(kids: list[list[int]], tokens: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """(B, N+1) bool on the device: node i broke the drafter's contract. q_i(x_i) > 0 iff q(x_i) > 0 under
+    the parent's row and x_i is no earlier sibling's token (sampling without replacement never repeats one).
+    Checked for every node, tested or not, so that a broken drafter is refused whatever the draws; broken,
+    r(x) / 0 = inf would accept the token always."""
     bad = torch.zeros_like(tokens, dtype=torch.bool)                  # (B, N+1)
     for j, siblings in enumerate(kids):
         seen = torch.zeros(tokens.shape[0], draft_probs.shape[-1], dtype=torch.bool, device=tokens.device)  # (B, V)
@@ -154,6 +140,16 @@ def _check_drafter(kids: list[list[int]], tokens: torch.Tensor, draft_probs: tor
             q_x = draft_probs[:, j].gather(-1, x).squeeze(-1)         # (B,)
             bad[:, i] = (q_x <= 0) | seen.gather(-1, x).squeeze(-1)
             seen.scatter_(-1, x, True)
+    return bad
+
+
+def check_tree_contract(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draft_probs: torch.Tensor) -> None:
+    """(B, N+1) tokens, (B, N+1, V) q: DrafterContractError unless q_i(x) > 0 at every node (a chain:
+    :func:`check_contract`)."""
+    kids = children(parents)
+    if _is_chain(kids):
+        return check_contract(tokens[:, 1:], draft_probs[:, :-1])
+    bad = _contract(kids, tokens, draft_probs)
     if not bool(bad.any()):  # one host read for the whole tree
         return
     j, i = next((j, i) for j, siblings in enumerate(kids) for i in siblings if bool(bad[:, i].any()))
@@ -163,9 +159,34 @@ def _check_drafter(kids: list[list[int]], tokens: torch.Tensor, draft_probs: tor
         "earlier siblings removed: a duplicate sibling, or not sampled from the q the drafter returned")
 
 
+def _is_chain(kids: list[list[int]]) -> bool:
+    return all(len(k) <= 1 for k in kids)
+
+
+def _chain_verdict(v: Verdict, B: int, N: int, V: int, greedy: bool, keep_residuals: bool) -> TreeVerdict:
+    """``verify``'s verdict on a chain of N nodes, told as a tree's: node i is drafted token i - 1."""
+    dev = v.n_accepted.device
+    node = torch.arange(1, N + 1, device=dev)                         # (N,)
+    n = v.n_accepted[:, None]                                         # (B, 1)
+    tested = torch.cat([torch.zeros(B, 1, dtype=torch.bool, device=dev), node <= n + 1], 1)   # (B, N+1)
+    accepted = torch.cat([torch.zeros(B, 1, dtype=torch.bool, device=dev), node <= n], 1)     # (B, N+1)
+    nan = torch.full((B, 1), float("nan"), device=dev)
+    ratios = torch.cat([nan.to(v.ratios.dtype), v.ratios], 1).masked_fill(~tested, float("nan"))  # (B, N+1)
+    uniforms = torch.cat([nan, v.uniforms], 1).masked_fill(~tested, float("nan"))              # (B, N+1)
+    path = torch.where(node <= n, node, -1)                           # (B, N)
+    residuals = None
+    if keep_residuals:
+        residuals = v.next_dist.new_zeros(B, N + 1, V)                # (B, N+1, V)
+        out = (v.n_accepted < N).nonzero().squeeze(-1)                # trials that rejected a node
+        if not greedy and len(out):
+            residuals[out, v.n_accepted[out] + 1] = v.next_dist[out]
+    return TreeVerdict(tested, accepted, ratios, uniforms, path, v.n_accepted, v.n_accepted, v.next_dist,
+                       v.next_token, residuals, v.contract)
+
+
 def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draft_probs: torch.Tensor,
                 target_probs: torch.Tensor, generator: torch.Generator, greedy: bool = False,
-                keep_residuals: bool = False) -> TreeVerdict:
+                keep_residuals: bool = False, check: bool = True) -> TreeVerdict:
     """Walk a token tree from the root with recursive rejection sampling without replacement (Jeon et al.
     2024): at node ``cur`` with residual r (first p[cur]), child i with token x_i is kept iff
     u <= r(x_i) / q_i(x_i), q_i = q[cur] with the earlier siblings' tokens removed and renormalised; on a
@@ -182,6 +203,11 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
     Greedy (T = 0) is SpecInfer's VerifyGreedy: step to the child whose token is argmax p[cur], else emit
     argmax p[cur]. It consumes no randomness and ignores q: at T = 0 the tree's q only served the drafter to
     rank its candidates, and the output is the verifier's greedy sequence whatever q says.
+
+    A chain (each node at most one child) is :func:`verify`'s special case, and is verified by it: its
+    draws are Algorithm 1's (every u up front, also at T = 0, where they decide nothing) and the vectorised
+    rule costs no walk. ``check=False`` leaves the drafter's contract to the caller, as in ``verify``: it reads
+    ``contract`` with its other numbers and calls :func:`check_tree_contract` when it is False.
     """
     if tokens.dim() != 2 or tokens.shape[1] != len(parents):
         raise ValueError(f"tokens must be (B, N+1) with N+1 = len(parents) = {len(parents)}, "
@@ -192,14 +218,21 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
         raise ValueError(f"p must be (B, N+1, V) = {(B, N1, V)}, got {tuple(target_probs.shape)}")
     if tuple(draft_probs.shape) != (B, N1, V):
         raise ValueError(f"q must be (B, N+1, V) = {(B, N1, V)}, got {tuple(draft_probs.shape)}")
-    kids_of, D = _children(parents)
-    if not greedy:
-        _check_drafter(kids_of, tokens, draft_probs)
+    kids_of = children(parents)
+    if _is_chain(kids_of):
+        v = verify(tokens[:, 1:], draft_probs[:, :-1], target_probs, generator, greedy=greedy, check=check)
+        return _chain_verdict(v, B, N1 - 1, V, greedy, keep_residuals)
+    D = max(depths(parents))
+    contract = torch.ones((), dtype=torch.bool, device=tokens.device)  # T = 0 ignores q
+    if not greedy and check:
+        check_tree_contract(parents, tokens, draft_probs)
+    elif not greedy:
+        contract = ~_contract(kids_of, tokens, draft_probs).any()
 
     p, q, dev = target_probs, draft_probs, target_probs.device
     W = max(len(k) for k in kids_of)
-    children = torch.tensor([k + [-1] * (W - len(k)) for k in kids_of], dtype=torch.long)
-    children = children.reshape(N1, W).to(dev, non_blocking=True)     # (N+1, W) -1 padded
+    slots = torch.tensor([k + [-1] * (W - len(k)) for k in kids_of], dtype=torch.long)
+    slots = slots.reshape(N1, W).to(dev, non_blocking=True)           # (N+1, W) children, -1 padded
     rows = torch.arange(B, device=dev)
     cur = torch.zeros(B, dtype=torch.long, device=dev)                # (B,)
     walking = torch.ones(B, dtype=torch.bool, device=dev)             # (B,)
@@ -214,7 +247,7 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
     # Selecting the trials that test a slot (``nonzero``) is a device sync off the CPU, one per slot and
     # depth; it keeps exactly one draw per test, so a seed's stream on the CPU is what it always was.
     for d in range(D + 1):
-        kids = children[cur]                                          # (B, W)
+        kids = slots[cur]                                             # (B, W)
         removed = torch.zeros(B, V, dtype=torch.bool, device=dev)     # (B, V) tokens of rejected siblings
         stepped = torch.zeros(B, dtype=torch.bool, device=dev)        # (B,)
         best = p[rows, cur].argmax(-1)                                # (B,) greedy's choice
@@ -255,4 +288,4 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
     next_dist = p[rows, cur] if greedy else r                         # (B, V)
     next_token = next_dist.argmax(-1) if greedy else draw(next_dist, generator)
     return TreeVerdict(tested, accepted, ratios, uniforms, path, accepted.sum(-1), cur, next_dist, next_token,
-                       residuals)
+                       residuals, contract)

@@ -21,40 +21,24 @@ the draft alone: the node's path probability and the budget), and its children a
 order, so a child's presence never depends on its own value. (Pruning drafted children by their
 own probability, EAGLE-2's final re-ranking, would bias the test at temperature > 0.)
 
+A tree is a :class:`~specdec.proposal.Proposal` like every drafter's (a chain is the tree whose
+node j has parent j - 1); its structure (children, depths, ancestors, the attention mask) is here.
 Node 0 is the root; ``parents[j] < j``; a node's children are its children in index order.
 Shapes: N drafted nodes, W width, V vocabulary entries.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
 from .cache import CachedLM
 from .config import SamplingConfig
 from .devices import Clock
-from .drafters import CONFIDENCE, LIMIT, STOP_TOKEN, Drafter, mix_uniform, top_probabilities
+from .drafters import Drafter, mix_uniform, top_probabilities
+from .proposal import BUDGET, CONFIDENCE, LIMIT, STOP_TOKEN, Proposal
 from .qwen2 import TreeAttention
 from .sampling import draw, host_read, numerics, probs_from_logits, raise_numerical
 
 COVER = 0.9  # a node's children cover this much of its q, as far as the width allows
-BUDGET = "budget"  # the tree stopped growing at its node budget (LIMIT: at depth K)
-
-
-@dataclass(frozen=True)
-class TreeProposal:
-    parents: tuple[int, ...]   # (N+1,) parents[0] == -1: node 0 is the root, the last context token
-    tokens: tuple[int, ...]    # (N+1,) tokens[0] is the root's token
-    probs: torch.Tensor        # (N+1, V) row j: the q node j's children were drawn from (zeros if none)
-    path_q: tuple[float, ...]  # (N+1,) the draft's path probability, by which nodes were ranked
-    forward_s: float = 0.0
-    stopped: str = LIMIT       # LIMIT (depth K), BUDGET, CONFIDENCE or STOP_TOKEN (nothing left to expand)
-    width: int = 1
-    budget: int = 0
-
-    @property
-    def n(self) -> int:
-        return len(self.parents) - 1
 
 
 def depths(parents) -> list[int]:
@@ -73,8 +57,14 @@ def ancestors(parents, j: int) -> list[int]:
 
 
 def children(parents) -> list[list[int]]:
+    """Each node's children in index order (the order the drafter drew them in). ValueError unless
+    node 0 is the root and every other node's parent comes before it."""
+    if len(parents) == 0 or parents[0] != -1:
+        raise ValueError(f"parents[0] must be -1 (node 0 is the root), got {list(parents[:1])}")
     kids: list[list[int]] = [[] for _ in parents]
     for j in range(1, len(parents)):
+        if not 0 <= parents[j] < j:
+            raise ValueError(f"parents[{j}] = {parents[j]}: a node's parent must come before it, 0 <= parents[i] < i")
         kids[parents[j]].append(j)
     return kids
 
@@ -145,7 +135,7 @@ class TreeDrafter(Drafter):
         self.clock, self.width, self.nodes, self.stop_ids = clock, width, nodes, stop_ids
         self._fed: tuple[int, list[int]] = (0, [])  # the context length, and each node's draft-cache index
 
-    def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> TreeProposal:
+    def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
         """A tree of depth <= k. With ``confidence`` > 0 it stops growing after a depth where even
         its most probable expanded node's draft was less sure than that (its untempered top
         probability): the chain's adaptive stop, which a width-1 tree then follows exactly."""
@@ -206,8 +196,8 @@ class TreeDrafter(Drafter):
         none = torch.zeros(V, device=rows[0].device)
         probs = torch.stack([rows[j] if rows[j] is not None else none for j in order])  # (N+1, V)
         self._fed = (start, [fed[j] for j in order])
-        return TreeProposal(tuple(parents), tuple(tokens[j] for j in order), probs, tuple(path_q[j] for j in order),
-                            forward_s, stopped, W, self.nodes)
+        return Proposal(tuple(parents), tuple(tokens[j] for j in order), probs, forward_s, stopped,
+                        path_q=tuple(path_q[j] for j in order), width=W, budget=self.nodes)
 
     def _q(self, logits: torch.Tensor, sampling: SamplingConfig, noise: float):
         """(R, V) logits of the nodes just fed -> (R, V) q their children are drawn from, and ONE host

@@ -12,7 +12,7 @@ against AVX-512 with VNNI or AMX). So the default shape is a prediction per mach
 - a, b (verifier, tree rows) and the draft's cost per forward and per row are timed once on
   this machine and cached, like the kernel calibration (a few seconds).
 
-Width 1 is the chain (the engine then drafts with the chain drafter itself): where verifying
+Width 1 is the chain, drafted by the chain drafter itself (the same code and speed): where verifying
 more rows costs more than the extra tokens repay, the default tree is the chain, and
 ``--drafter tree`` is never slower than ``--drafter model`` by default. Without measured counts
 for the pair (another model), the default is the chain too.
@@ -133,7 +133,9 @@ def default_shape(pair, k: int = 6, sampling: SamplingConfig | None = None) -> t
 
 
 def resolve(pair, cfg: DecodeConfig) -> tuple[DecodeConfig, str]:
-    """``cfg`` with its tree shape filled in (what actually runs), and why that shape."""
+    """``cfg`` with its tree shape filled in (what actually runs), and why that shape: the one place
+    the shape is decided, before the run (:meth:`specdec.engine.Generation.from_prompt`), so that
+    every entry point records the shape that ran."""
     require_lean(pair)
     if cfg.tree_width and cfg.tree_nodes:
         return cfg, f"W={cfg.tree_width} N={cfg.tree_nodes}: requested"

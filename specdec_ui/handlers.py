@@ -193,7 +193,8 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
         return
     ended = (f"Finished ({gen.stop_reason})." if gen.stop_reason not in (None, "cancelled") else
              f"Stopped after {plural(len(gen.rounds), 'round', 'rounds')}.")
-    trace = TraceFile(settings.to_dict(), tuple(gen.rounds), gen.prefill_s, gen.text, gen.stop_reason)
+    ran = replace(settings, decode=gen.cfg)  # the tree shape that ran, not 0 for "this machine's choice"
+    trace = TraceFile(ran.to_dict(), tuple(gen.rounds), gen.prefill_s, gen.text, gen.stop_reason)
     yield _live(gen, ended, _write_trace(trace.to_json()))
 
 

@@ -38,14 +38,14 @@ def test_a_noisy_draft_reports_exactly_the_mixture_it_samples_from(pair, tempera
     ctx = tiny.prompt_ids()
     clean = _drafter(pair).propose(ctx, 1, sampling, torch.Generator().manual_seed(0))
     noisy = _drafter(pair).propose(ctx, 1, sampling, torch.Generator().manual_seed(0), noise=e)
-    assert torch.allclose(noisy.probs, (1 - e) * clean.probs + e / pair.vocab_size)  # q' = (1 - e) q + e / V
+    assert torch.allclose(noisy.probs[:-1], (1 - e) * clean.probs[:-1] + e / pair.vocab_size)  # q' = (1 - e) q + e / V
     # and the first token is a sample of exactly that q': 4,000 draws from a fresh context each time
     n, g = 4000, torch.Generator().manual_seed(1)
     d = _drafter(pair)
     counts = torch.zeros(pair.vocab_size)
     for _ in range(n):
         d.rollback(ctx)
-        counts[d.propose(ctx, 1, sampling, g, noise=e).tokens[0]] += 1
+        counts[d.propose(ctx, 1, sampling, g, noise=e).drafted[0]] += 1
     tv = 0.5 * (counts / n - noisy.probs[0]).abs().sum()
     assert tv < 0.5 * (pair.vocab_size / n) ** 0.5 + 0.02, f"total variation {tv:.3f}"
     if temperature == 0:  # at T = 0 a noisy draft samples: not always q's argmax
@@ -80,7 +80,7 @@ def test_noise_lowers_acceptance():
 def test_the_confidence_rule_stops_at_the_first_unsure_token_and_never_before(pair):
     ctx, sampling, k = tiny.prompt_ids(), SamplingConfig(1.0), 8
     free = _drafter(pair).propose(ctx, k, sampling, torch.Generator().manual_seed(2))
-    assert free.stopped == LIMIT and len(free.tokens) == k and len(free.confidence) == k
+    assert free.stopped == LIMIT and len(free.drafted) == k and len(free.confidence) == k
     conf = free.confidence
     # each confidence is the draft's untempered top probability at that step
     first = top_probability(pair.draft(torch.tensor([ctx])).logits[0, -1, :pair.vocab_size])
@@ -89,20 +89,20 @@ def test_the_confidence_rule_stops_at_the_first_unsure_token_and_never_before(pa
     threshold = sorted(conf)[len(conf) // 2] + 1e-9
     cut = next(i for i, c in enumerate(conf) if c < threshold)
     stopped = _drafter(pair).propose(ctx, k, sampling, torch.Generator().manual_seed(2), confidence=threshold)
-    assert stopped.tokens == free.tokens[:cut + 1] and stopped.stopped == CONFIDENCE
+    assert stopped.drafted == free.drafted[:cut + 1] and stopped.stopped == CONFIDENCE
     assert all(c >= threshold for c in stopped.confidence[:-1]) and stopped.confidence[-1] < threshold
     # a threshold below every confidence never stops it; one above every one stops after one token
     low = _drafter(pair).propose(ctx, k, sampling, torch.Generator().manual_seed(2), confidence=min(conf) / 2)
-    assert low.tokens == free.tokens and low.stopped == LIMIT
+    assert low.drafted == free.drafted and low.stopped == LIMIT
     high = _drafter(pair).propose(ctx, k, sampling, torch.Generator().manual_seed(2), confidence=0.9999)
-    assert high.tokens == free.tokens[:1] and high.stopped == CONFIDENCE
+    assert high.drafted == free.drafted[:1] and high.stopped == CONFIDENCE
 
 
 def test_the_draft_stops_after_drafting_a_stop_token(pair):
     ctx, sampling = tiny.prompt_ids(), SamplingConfig(0.0)
     free = _drafter(pair).propose(ctx, 6, sampling, torch.Generator())
-    stop = _drafter(pair, stop_ids=frozenset({free.tokens[2]})).propose(ctx, 6, sampling, torch.Generator())
-    assert stop.tokens == free.tokens[:free.tokens.index(free.tokens[2]) + 1] and stop.stopped == STOP_TOKEN
+    stop = _drafter(pair, stop_ids=frozenset({free.drafted[2]})).propose(ctx, 6, sampling, torch.Generator())
+    assert stop.drafted == free.drafted[:free.drafted.index(free.drafted[2]) + 1] and stop.stopped == STOP_TOKEN
 
 
 def test_the_round_records_why_drafting_stopped(pair):
@@ -129,13 +129,13 @@ def test_lookup_never_matches_or_copies_hidden_markup():
     hidden = (True, False, False, True, False, False, False)
     d = LookupDrafter(vocab_size=100, hidden=hidden)
     sampling, g = SamplingConfig(), torch.Generator()
-    assert d.propose(ctx, 3, sampling, g).tokens == []  # "90" at the end only matches hidden markup
-    assert LookupDrafter(vocab_size=100).propose(ctx, 3, sampling, g).tokens == [1, 2, 91]  # without the mask
+    assert d.propose(ctx, 3, sampling, g).drafted == []  # "90" at the end only matches hidden markup
+    assert LookupDrafter(vocab_size=100).propose(ctx, 3, sampling, g).drafted == [1, 2, 91]  # without the mask
     # "1 2" matches the visible "1 2" at 1..2, but what follows it (91) is markup: nothing to copy there;
     # the match at 4..5 is the tail itself; so only earlier visible text is copied
     ctx2 = [90, 5, 1, 2, 7, 8, 91, 1, 2]
     d2 = LookupDrafter(vocab_size=100, hidden=(True, False, False, False, False, False, True, False, False))
-    assert d2.propose(ctx2, 4, sampling, g).tokens == [7, 8]  # stops before the hidden 91
+    assert d2.propose(ctx2, 4, sampling, g).drafted == [7, 8]  # stops before the hidden 91
 
 
 def test_the_engine_hides_the_chat_template_from_lookup():
@@ -153,8 +153,8 @@ def test_the_greedy_fast_path_proposes_what_the_general_path_does(pair, monkeypa
     fast = _drafter(pair).propose(ctx, 8, greedy, g, confidence=threshold)
     monkeypatch.setattr(ModelDrafter, "fast_greedy", False)
     slow = _drafter(pair).propose(ctx, 8, greedy, g, confidence=threshold)
-    assert (fast.tokens, fast.stopped) == (slow.tokens, slow.stopped) and fast.stopped == CONFIDENCE
-    assert fast.tokens == free.tokens[:len(fast.tokens)] and len(fast.tokens) < 8
+    assert (fast.drafted, fast.stopped) == (slow.drafted, slow.stopped) and fast.stopped == CONFIDENCE
+    assert fast.drafted == free.drafted[:len(fast.drafted)] and len(fast.drafted) < 8
     assert torch.equal(fast.probs, slow.probs)                          # one-hot at the argmax, row by row
     assert fast.confidence == pytest.approx(slow.confidence, rel=1e-5)
 
@@ -169,14 +169,14 @@ def test_hybrid_q_is_one_hot_on_lookup_tokens_and_the_models_q_otherwise(pair):
     hybrid = HybridDrafter(LookupDrafter(pair.vocab_size), _drafter(pair, context=repeated))
     copied = hybrid.propose(repeated, 3, sampling, torch.Generator().manual_seed(0))
     assert copied.source == LOOKUP and copied.forward_s == 0.0
-    assert copied.tokens == LookupDrafter(pair.vocab_size).propose(repeated, 3, sampling, torch.Generator()).tokens
-    assert torch.equal(copied.probs, torch.nn.functional.one_hot(torch.tensor(copied.tokens), pair.vocab_size).float())
+    assert copied.drafted == LookupDrafter(pair.vocab_size).propose(repeated, 3, sampling, torch.Generator()).drafted
+    assert torch.equal(copied.probs[:-1], torch.nn.functional.one_hot(torch.tensor(copied.drafted), pair.vocab_size).float())
     # nothing to copy: exactly the model drafter's proposal, q and all, from the same generator state
     fresh = list(range(10, 16))
     hybrid = HybridDrafter(LookupDrafter(pair.vocab_size), _drafter(pair, context=fresh))
     modelled = hybrid.propose(fresh, 3, sampling, torch.Generator().manual_seed(0))
     expected = _drafter(pair, context=fresh).propose(fresh, 3, sampling, torch.Generator().manual_seed(0))
-    assert modelled.source == MODEL and modelled.tokens == expected.tokens
+    assert modelled.source == MODEL and modelled.drafted == expected.drafted
     assert torch.equal(modelled.probs, expected.probs)
 
 

@@ -17,7 +17,7 @@ import tiny
 from specdec import (ConfigError, DecodeConfig, Generation, ModelLoadError, NumericalError, SamplingConfig, TraceFile,
                      make_drafter)
 from specdec.cli import main as cli
-from specdec.engine import TOP_N
+from specdec.record import TOP_N
 from specdec.models import ModelPair
 from specdec.sampling import probs_from_logits
 from specdec.trace import ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED

@@ -71,9 +71,9 @@ class ScriptedDrafter(Drafter):
         start = len(committed) - self.prompt_len
         tokens = [(self.truth[j] + 1) % (self.vocab - 1) if j in self.wrong_at else self.truth[j]
                   for j in range(start, min(start + k, len(self.truth)))]
-        probs = torch.zeros(len(tokens), self.vocab)
+        probs = torch.zeros(len(tokens) + 1, self.vocab)  # row K: the last token is a leaf
         probs[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)] = 1.0
-        return Proposal(tokens, probs)
+        return Proposal.chain(committed[-1], tokens, probs)
 
 
 def test_scripted_draft_gives_partial_acceptance_at_every_position():

@@ -183,3 +183,32 @@ def test_without_measured_shapes_the_default_tree_is_the_chain():
     assert (cfg.tree_width, cfg.tree_nodes) == (1, 5) and "chain" in why
     cfg, why = resolve(pair, DecodeConfig(k=5, tree_width=2, tree_nodes=9))
     assert (cfg.tree_width, cfg.tree_nodes) == (2, 9) and "requested" in why
+
+
+def test_the_shape_that_ran_is_decided_once_and_recorded_by_every_entry_point(monkeypatch, capsys):
+    """``tree_shape.resolve`` decides the shape before the run; the Generation, the CLI's and the app's
+    trace settings all name the shape that ran, never 0 for "this machine's choice"."""
+    import json
+    from pathlib import Path
+    from specdec import ModelChoice, ModelDrafter
+    from specdec_ui import handlers
+    from specdec_ui.state import Loader, Session, form_defaults
+    pair = _lean_pair()
+    gen = Generation.from_prompt(pair, "w1 w2", DecodeConfig(k=5, max_new_tokens=4), "tree", chat=False)
+    assert (gen.cfg.tree_width, gen.cfg.tree_nodes) == (1, 5) and "chain" in gen.tree_shape
+    assert type(gen.drafter) is ModelDrafter                   # width 1 is the chain drafter itself
+    gen = Generation.from_prompt(pair, "w1 w2", DecodeConfig(k=3, tree_width=2, tree_nodes=6), "tree", chat=False)
+    assert (gen.cfg.tree_width, gen.cfg.tree_nodes) == (2, 6) and "requested" in gen.tree_shape
+    form = {**form_defaults(), "prompt": "w1 w2 w3", "drafter": "tree", "k": 3, "max_new_tokens": 4}
+    final = list(handlers.run(Loader(ModelChoice.of(pair), pair), Session(), form))[-1]
+    settings = json.loads(Path(final.download).read_text())["settings"]
+    assert (settings["tree_width"], settings["tree_nodes"]) == (1, 3)
+    import specdec.models
+    from specdec.cli import main
+    monkeypatch.setattr(specdec.models, "load_pair", lambda *a, **kw: pair)
+    capsys.readouterr()
+    assert main(["generate", "--prompt", "w1 w2 w3", "--drafter", "tree", "--k", "3", "--max-new-tokens", "4",
+                 "--json"]) == 0
+    out = capsys.readouterr()
+    settings = json.loads(out.out)["settings"]
+    assert (settings["tree_width"], settings["tree_nodes"]) == (1, 3) and "tree shape W=1 N=3" in out.err

@@ -134,26 +134,50 @@ def test_temperature_zero_is_the_verifiers_greedy_walk(next_of, path, nxt):
         assert torch.equal(v.ratios[0, tested] == 1.0, v.accepted[0, tested])
 
 
-def test_a_chain_is_verify():
-    """Each node one child: the tree of width 1 is ``verify``'s rule (no sibling to remove), the same ratios
-    and residuals bit for bit; the draws differ (one per tested node), so the rates agree statistically."""
-    B, K = 100_000, 3
-    p = _dist([[4, 1, 3, 1, 1, 2], [1, 5, 1, 3, 1, 1], [2, 2, 1, 1, 5, 1], [1, 1, 1, 1, 1, 1]])  # (K+1, V)
-    q = _dist([[1, 4, 1, 3, 2, 1], [1, 2, 4, 1, 1, 3], [2, 1, 1, 5, 1, 2]])                      # (K, V)
-    drafts = torch.stack([torch.multinomial(q[i], B, replacement=True, generator=_gen(i)) for i in range(K)], 1)
-    chain = verify_tree([-1, 0, 1, 2], torch.cat([torch.zeros(B, 1, dtype=torch.long), drafts], 1),
-                        torch.cat([q, torch.zeros(1, V)]).expand(B, K + 1, V), p.expand(B, K + 1, V), _gen(10))
-    flat = verify(drafts, q.expand(B, K, V), p.expand(B, K + 1, V), _gen(11))
-    assert torch.equal(chain.ratios[:, 1:][chain.tested[:, 1:]], flat.ratios[chain.tested[:, 1:]])
-    # P(n >= i) = prod_{j < i} sum_x min(p_j, q_j), for both, within 4 standard errors
-    for i in range(1, K + 1):
-        exact = torch.minimum(p[:i], q[:i]).sum(-1).prod().item()
-        for v in (chain, flat):
-            rate = (v.n_accepted >= i).float().mean().item()
-            assert abs(rate - exact) < 4 * (exact * (1 - exact) / B) ** 0.5, (i, rate, exact)
-    # the final token's law given n is the same: norm(max(0, p_n - q_n)), or p_K for the bonus
-    for n in range(K + 1):
-        assert torch.equal(chain.next_dist[chain.n_accepted == n][0], flat.next_dist[flat.n_accepted == n][0])
+@pytest.mark.parametrize("greedy", [False, True], ids=["T>0", "T=0"])
+def test_a_chain_is_verify_bit_for_bit(greedy):
+    """Each node one child: the tree of width 1 is ``verify``'s rule, with the same draws from the same
+    generator in the same order, so the engine's one round (``verify_tree``) leaves a chain's trace as it was."""
+    B, K = 4_000, 4
+    g = _gen(3)
+    p = torch.rand(B, K + 1, V, generator=g) ** 4                   # (B, K+1, V) random, far from uniform
+    q = torch.rand(B, K, V, generator=g) ** 4                       # (B, K, V)
+    p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+    q = 0.6 * p[:, :K] + 0.4 * q                                    # close enough to p that chains run deep
+    drafts = torch.multinomial(q.reshape(B * K, V), 1, generator=g).reshape(B, K)  # (B, K) drawn from q
+    tokens = torch.cat([torch.zeros(B, 1, dtype=torch.long), drafts], 1)            # (B, K+1)
+    q_tree = torch.cat([q, torch.zeros(B, 1, V)], 1)                                 # (B, K+1, V) a leaf last
+    g_flat, g_tree = _gen(11), _gen(11)
+    flat = verify(drafts, q, p, g_flat, greedy=greedy)
+    chain = verify_tree([-1, 0, 1, 2, 3], tokens, q_tree, p, g_tree, greedy=greedy, keep_residuals=True)
+    assert torch.equal(g_flat.get_state(), g_tree.get_state())     # the same draws, in the same order
+    assert torch.equal(chain.n_accepted, flat.n_accepted) and torch.equal(chain.last, flat.n_accepted)
+    assert torch.equal(chain.next_token, flat.next_token) and torch.equal(chain.next_dist, flat.next_dist)
+    tested = chain.tested[:, 1:]
+    assert torch.equal(tested, torch.arange(K) <= flat.n_accepted[:, None])
+    assert torch.equal(chain.ratios[:, 1:][tested], flat.ratios[tested])
+    assert torch.equal(chain.uniforms[:, 1:][tested], flat.uniforms[tested])
+    assert bool(chain.ratios[:, 1:][~tested].isnan().all()) and bool(chain.contract)
+    n = chain.n_accepted
+    assert torch.equal(chain.path, torch.where(torch.arange(1, K + 1) <= n[:, None], torch.arange(1, K + 1), -1))
+    assert (n == K).float().mean() > 0.05 and (n == 0).float().mean() > 0.05  # bonus and early rejections both seen
+    rejected = (n < K).nonzero().squeeze(-1)
+    expect = torch.zeros(B, K + 1, V)
+    if not greedy:  # the residual after the rejected node is the one the final token was drawn from
+        expect[rejected, n[rejected] + 1] = flat.next_dist[rejected]
+    assert torch.equal(chain.residuals, expect)
+
+
+def test_a_chain_keeps_the_chains_contract_check():
+    q = torch.full((1, 2, V), 1 / V)
+    q[0, 0, 3] = 0.0
+    tokens, p = torch.tensor([[0, 3, 1]]), torch.full((1, 3, V), 1 / V)
+    with pytest.raises(DrafterContractError, match=r"drafted token 3 at position 0 has q\(x\) = 0.0"):
+        verify_tree([-1, 0, 1], tokens, torch.cat([q, torch.zeros(1, 1, V)], 1), p, _gen())
+    v = verify_tree([-1, 0, 1], tokens, torch.cat([q, torch.zeros(1, 1, V)], 1), p, _gen(), check=False)
+    assert not bool(v.contract)                                      # left to the caller, read with the verdict
+    with pytest.raises(DrafterContractError, match="drafted token 3 at position 0"):
+        rule.check_tree_contract([-1, 0, 1], tokens, torch.cat([q, torch.zeros(1, 1, V)], 1))
 
 
 def test_shapes_parents_and_the_drafter_contract_are_checked():
@@ -174,7 +198,12 @@ def test_shapes_parents_and_the_drafter_contract_are_checked():
     q_zero = q.clone()
     q_zero[0, 1, 4] = 0.0
     with pytest.raises(DrafterContractError, match="node 2 drafted token 4"):   # q(x) = 0 under node 1
-        verify_tree([-1, 0, 1], torch.tensor([[0, 3, 4]]), q_zero, p, _gen())
+        verify_tree([-1, 0, 1, 0], torch.tensor([[0, 3, 4, 5]]), torch.cat([q_zero, q[:, :1]], 1),
+                    torch.cat([p, p[:, :1]], 1), _gen())
+    v = verify_tree([-1, 0, 0], torch.tensor([[0, 2, 2]]), q, p_two, _gen(), check=False)
+    assert not bool(v.contract)                                      # left to the caller, read with the verdict
+    with pytest.raises(DrafterContractError, match="node 2 drafted token 2"):
+        rule.check_tree_contract([-1, 0, 0], torch.tensor([[0, 2, 2]]), q)
 
 
 def test_residuals_chain_through_rejected_siblings():
