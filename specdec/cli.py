@@ -10,7 +10,7 @@ import json
 import sys
 
 from .config import ConfigError
-from .embedded import ModelLoadError
+from .errors import ModelLoadError
 from .engine import Generation
 from .exactness import explain, how_exact
 from .render import first_difference
