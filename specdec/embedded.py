@@ -22,6 +22,7 @@ import torch
 
 from . import dequant
 from .errors import ModelLoadError
+from .packed import TensorTable
 from .progress import Progress, report
 from .store import model_root, read_chunks, sha256
 
@@ -193,26 +194,19 @@ def metadata(spec: EmbeddedModel, progress: Progress | None = None) -> Path:
 DEQUANT_ROWS = 4096  # tensor rows dequantized at a time
 
 
-class GGUFWeights:
+class GGUFWeights(TensorTable):
     """The model's weights by transformers' names, each dequantized to float32 when asked for,
     straight from the part files: one tensor in memory at a time."""
 
     def __init__(self, spec: EmbeddedModel, meta: Path, progress: Progress | None = None):
         self.parts = GGUFParts(spec)
         self.parts.verify(progress)  # never pack from parts that changed since they were installed
-        self.table = {hf_name(k): v for k, v in json.loads((meta / "tensors.json").read_text()).items()}
+        super().__init__({hf_name(k): v for k, v in json.loads((meta / "tensors.json").read_text()).items()})
 
-    def __contains__(self, key: str) -> bool:
-        return key in self.table
-
-    def keys(self):
-        return self.table.keys()
-
-    def __getitem__(self, key: str) -> torch.Tensor:
+    def read(self, key: str, info: dict) -> torch.Tensor:
         import numpy as np
         from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
         from gguf.quants import dequantize
-        info = self.table[key]
         raw = np.frombuffer(self.parts.read(info["offset"], info["bytes"]), dtype=np.uint8)
         kind = GGMLQuantizationType(info["type"])
         shape = info["shape"]

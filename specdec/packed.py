@@ -71,7 +71,28 @@ def _chunks(header: bytes, items: list[tuple[str, torch.Tensor]]):
         yield t.contiguous().cpu().reshape(-1).view(torch.uint8).numpy()  # a view: no copy
 
 
-class Reader:
+class TensorTable:
+    """Tensors by name, each read only when asked for, from where its table entry says: what
+    :class:`specdec.qwen2.LeanQwen2` is built from (a packed file here, the GGUF's parts in
+    :class:`specdec.embedded.GGUFWeights`)."""
+
+    def __init__(self, table: dict[str, dict]):
+        self.table = table
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.table
+
+    def keys(self):
+        return self.table.keys()
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.read(key, self.table[key])
+
+    def read(self, key: str, entry: dict) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Reader(TensorTable):
     """The tensors of a file, by name. The size is checked against the header on open.
 
     By default each tensor is read into memory of its own, and every read must return every byte
@@ -96,7 +117,7 @@ class Reader:
         end = max((v["data_offsets"][1] for v in header.values()), default=0)
         if size != self.base + end:
             raise DamagedFile(f"{self.path}: {size} bytes, its header describes {self.base + end}")
-        self.header = {k: v for k, v in header.items() if not k.startswith(PADDING)}
+        super().__init__({k: v for k, v in header.items() if not k.startswith(PADDING)})
         self._bytes = None
         if mapped and size:
             with open(self.path, "rb") as f:
@@ -105,14 +126,7 @@ class Reader:
                 view.madvise(mmap.MADV_WILLNEED)  # read ahead in the background
             self._bytes = torch.frombuffer(view, dtype=torch.uint8)
 
-    def __contains__(self, key: str) -> bool:
-        return key in self.header
-
-    def keys(self):
-        return self.header.keys()
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        info = self.header[key]
+    def read(self, key: str, info: dict) -> torch.Tensor:
         start, end = info["data_offsets"]
         out = torch.empty(info["shape"], dtype=DTYPES[info["dtype"]])
         want = out.numel() * out.element_size()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -330,6 +331,18 @@ def test_a_damaged_packed_file_is_rebuilt_and_damaged_parts_are_never_packed(tin
     assert len(lines.having(DAMAGED)) == 1
     assert not path.exists() and not path.with_name(path.name + ".sha256").exists()
     assert not list(path.parent.glob("*.partial"))
+
+
+def test_without_a_callback_a_rebuild_is_logged_never_printed(tiny, caplog, capsys):
+    """The library never prints: with no progress callback, the one line a user must see goes to
+    the ``specdec`` logger (which Python writes to stderr where logging is not set up)."""
+    load()
+    cut_to_half(packed_file(tiny.spec, FLOAT32, CPU))
+    with caplog.at_level(logging.WARNING, logger="specdec"):
+        load_model(tiny_gguf.NAME, CPU, FLOAT32, "target", None, keep=True)
+    assert len([r for r in caplog.records if r.name == "specdec" and DAMAGED in r.getMessage()]) == 1
+    out, err = capsys.readouterr()
+    assert DAMAGED not in out + err
 
 
 def test_damaged_meta_is_made_again(tiny):
