@@ -26,9 +26,9 @@ from .store import cache_root
 CALIBRATION_VERSION = 4  # bump when the variants or the measurement change: older caches are ignored
 CALIBRATION_SHAPE = (8960, 1536)  # (out, in) of the verifier's MLP up-projection
 REPS = 15
-CPU = torch.device("cpu")
 WARM_REPS = 2       # reps before a variant SKIP_FACTOR x slower than the fastest is dropped
 SKIP_FACTOR = 10
+CPU = torch.device("cpu")  # what is timed here: the CPU's kernels
 
 
 def last_level_cache_bytes() -> int:
@@ -103,9 +103,9 @@ def calibrate_draft(variants: list, shapes: dict) -> dict:
     parts = []
     for shape in shapes["layer"] + [shapes["head"]]:
         weight = torch.randn(*shape) * 0.02
+        layers = {v.label: v.layers(CPU, batch_invariant=False).build(weight, None) for v in variants}
         with _quietly():
-            parts.append(measure({v.label: v.layers(CPU, batch_invariant=False).build(weight, None) for v in variants}, [1],
-                                 reps=REPS if shape in shapes["layer"] else REPS // 2))
+            parts.append(measure(layers, [1], reps=REPS if shape in shapes["layer"] else REPS // 2))
         del weight
     labels = [v.label for v in variants]
     *layer, head = parts

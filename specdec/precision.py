@@ -17,12 +17,15 @@ specdec's kernels within a margin of it:
 GPUs take their native half precision (bf16 on CUDA where the GPU has it, else fp16; fp16 on
 MPS); float32, the other half precision and int8 weight-only (where the torch build has a
 kernel for the device) can be asked for. The choice and the reason are one line each
-(``Precision.reason``), shown by the CLI, the app and the benchmarks.
+(``Precision.reason``), shown by the CLI, the app and the benchmarks. A choice turns into layers
+in one step, :meth:`Precision.layers` (the layer class and its options on a device), which
+:mod:`specdec.loading` hands to the model it builds: the trail runs one way, settings ->
+precision -> loading -> :mod:`specdec.kernels`.
 """
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -69,7 +72,7 @@ class Precision:
             if self.name == "int8":
                 half = torch.bfloat16 if device.type == "cuda" else torch.float16
                 return Layers(Int8WeightOnlyLinear, device, {"device": device, "dtype": half}, {"dtype": half})
-            return Layers(DenseLinear, device, {"dtype": self.dense_dtype, "device": device})
+            return Layers(DenseLinear, device, {"dtype": self.dense_dtype, "device": device}, {})
         if self.name in ("float32", "bfloat16"):
             transposed = self.transposed and self.name == "float32"
             return Layers(DenseLinear, device, {"dtype": getattr(torch, self.name), "transposed": transposed},
@@ -78,8 +81,8 @@ class Precision:
             kernel = {"specdec": native.NativeInt8Linear, "onednn": Int8DnnLinear, "fbgemm": Int8Linear}[self.cpu_kernel]
             return Layers(kernel, device, {"batch_invariant": batch_invariant}, {"batch_invariant": batch_invariant})
         if self.name == "int4":
-            return Layers({"specdec": native.NativeInt4Linear, "torch": Int4Linear}[self.cpu_kernel], device)
-        return Layers(Fp16Linear, device)
+            return Layers({"specdec": native.NativeInt4Linear, "torch": Int4Linear}[self.cpu_kernel], device, {}, {})
+        return Layers(Fp16Linear, device, {}, {})
 
     @property
     def cpu_kernel(self) -> str:
@@ -106,8 +109,8 @@ class Layers:
 
     kernel: type[PackedLinear]
     device: torch.device
-    build_options: dict = field(default_factory=dict)
-    restore_options: dict = field(default_factory=dict)
+    build_options: dict
+    restore_options: dict
 
     def build(self, weight: torch.Tensor, bias: torch.Tensor | None) -> PackedLinear:
         """The layer for a float weight (out, in)."""
