@@ -13,7 +13,7 @@ import torch
 
 from specdec.cache import CachedLM
 from specdec.embedded import EMBEDDED, transformers_model
-from specdec.models import load_model
+from specdec.loading import load_model
 from specdec.precision import Precision
 
 TOKENS = 2048

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     from specdec import store
-    from specdec.embedded import cache_root
+    from specdec.store import cache_root
     cache = Path(tempfile.mkdtemp(prefix="specdec-first-run-"))
     env = {**os.environ, "SPECDEC_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
     timings = cache_root() / "calibration"

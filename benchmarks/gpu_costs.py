@@ -24,7 +24,6 @@ import json
 import statistics
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -33,7 +32,8 @@ from benchmarks.common import ROOT, environment, write_json
 from specdec.cache import CachedLM
 from specdec.devices import Clock, resolve_device
 from specdec.graphs import available as graphs_available
-from specdec.models import GPU_PAD_ROWS, ModelPair
+from specdec.loading import GPU_PAD_ROWS
+from specdec.pairing import ModelPair
 from specdec.precision import Precision, choose
 from specdec.qwen2 import LeanQwen2
 from specdec.theory import tokens_per_round
@@ -89,7 +89,7 @@ class RandomWeights:
 
 def build(role: str, device: torch.device, precision, tiny: bool, graphs: bool, pad_rows: int = 0) -> LeanQwen2:
     cfg = config(role, tiny)
-    make = partial(precision.linear, batch_invariant=role == "target", device=device)
+    make = precision.layers(device, batch_invariant=role == "target").build
     return LeanQwen2(cfg, RandomWeights(cfg, device, seed=1 if role == "target" else 2), make, precision.dense_dtype,
                      device=device, static=True, pad_rows=pad_rows, graphs=graphs)  # a GPU's path, also on a CPU
 

@@ -30,7 +30,8 @@ from specdec import DecodeConfig, Generation
 from specdec.cache import CachedLM
 from specdec.drafters import ModelDrafter
 from specdec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
-from specdec.models import TRANSFORMERS, ModelPair, load_model, load_pair
+from specdec.loading import TRANSFORMERS, load_model, load_pair
+from specdec.pairing import ModelPair
 from specdec.precision import cpu_variants
 
 ROWS = (1, 2, 3, 5, 7)

@@ -99,7 +99,7 @@ def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
     once and their forwards interleaved (rep by rep, variant by variant, L by L). A variant the
     calibration dropped as a reference path (10x slower than the fastest, seconds a forward) is
     left out and said so."""
-    from specdec.models import load_model
+    from specdec.loading import load_model
     from specdec.precision import cpu_variants
     variants = timed_variants(k, ("int8", "int4"))
     out = {"left out": sorted(v.label for v in cpu_variants() if v.name in ("int8", "int4") and v not in variants)}

@@ -25,8 +25,9 @@ import torch
 from benchmarks.common import ROOT, environment, timed_variants, write_json
 from benchmarks.fidelity import fidelity
 from specdec import DecodeConfig, Generation, SamplingConfig, load_pair
-from specdec.embedded import EMBEDDED, cache_root, gguf_file
-from specdec.models import TRANSFORMERS
+from specdec.embedded import EMBEDDED, gguf_file
+from specdec.loading import TRANSFORMERS
+from specdec.store import cache_root
 from specdec.settings import add_model_arguments, models_from_args
 from specdec.precision import Precision, cpu_timings
 

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from benchmarks.common import ROOT
-from specdec.models import ModelPair
+from specdec.pairing import ModelPair
 from specdec.precision import Precision
 
 V = 64          # real tokens; the models get 8 padding rows beyond them, Qwen-style
@@ -78,15 +78,13 @@ def default_out(benchmark: str, env: dict, tiny: bool) -> Path:
 
 def lean_pair(seed: int = 0, noise: float = 0.3) -> ModelPair:
     """The tiny pair on specdec's lean Qwen2 forward (float32), as the tree drafter needs."""
-    from functools import partial
-
     from specdec.qwen2 import LeanQwen2
     base = pair(seed, noise)
     prec = base.precision
 
     def lean(m, invariant: bool):
         out = LeanQwen2(m.config, {k: v.detach().clone() for k, v in m.state_dict().items()},
-                        partial(prec.linear, batch_invariant=invariant))
+                        prec.layers(torch.device("cpu"), invariant).build)
         out.generation_config = m.generation_config
         return out
     return ModelPair(target=lean(base.target, True), tokenizer=base.tokenizer, draft=lean(base.draft, False),

@@ -1,9 +1,11 @@
 """specdec: speculative decoding you can see and measure (Leviathan et al. 2023; Chen et al. 2023)."""
 from .config import ConfigError, DecodeConfig, SamplingConfig
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NoDrafter
-from .embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, ModelLoadError
+from .embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED
 from .engine import Generation, make_drafter
-from .models import ModelPair, load_pair
+from .errors import ModelLoadError
+from .loading import load_pair
+from .pairing import ModelPair
 from .rule import DrafterContractError, TreeVerdict, Verdict, verify, verify_tree
 from .sampling import NumericalError
 from .settings import DRAFTERS, ModelChoice, RunSettings

@@ -13,7 +13,7 @@ invariant holds. Only the lean forward's cache can do that; the tree drafter ref
 
 Rollback goes through the cache API (``crop``, of ``DynamicCache`` or of the lean Qwen2 forward's
 :class:`~specdec.qwen2.KVCache`), never by slicing per-layer tensors; a cache that cannot be
-cropped is refused when the pair is loaded (:func:`specdec.models.check_rollback`).
+cropped is refused when the pair is loaded (:func:`specdec.pairing.check_rollback`).
 """
 from __future__ import annotations
 

@@ -21,12 +21,14 @@ from pathlib import Path
 import torch
 
 from .kernels import PackedLinear
+from .store import cache_root
 
 CALIBRATION_VERSION = 4  # bump when the variants or the measurement change: older caches are ignored
 CALIBRATION_SHAPE = (8960, 1536)  # (out, in) of the verifier's MLP up-projection
 REPS = 15
 WARM_REPS = 2       # reps before a variant SKIP_FACTOR x slower than the fastest is dropped
 SKIP_FACTOR = 10
+CPU = torch.device("cpu")  # what is timed here: the CPU's kernels
 
 
 def last_level_cache_bytes() -> int:
@@ -92,7 +94,7 @@ def calibrate(variants: list, k: int) -> dict:
     (:class:`specdec.precision.Precision`), batch-invariant as the verifier must be."""
     weight = torch.randn(*CALIBRATION_SHAPE) * 0.02
     with _quietly():
-        return measure({v.label: v.linear(weight, None) for v in variants}, [1, k + 1])
+        return measure({v.label: v.layers(CPU).build(weight, None) for v in variants}, [1, k + 1])
 
 
 def calibrate_draft(variants: list, shapes: dict) -> dict:
@@ -101,9 +103,9 @@ def calibrate_draft(variants: list, shapes: dict) -> dict:
     parts = []
     for shape in shapes["layer"] + [shapes["head"]]:
         weight = torch.randn(*shape) * 0.02
+        layers = {v.label: v.layers(CPU, batch_invariant=False).build(weight, None) for v in variants}
         with _quietly():
-            parts.append(measure({v.label: v.linear(weight, None, batch_invariant=False) for v in variants}, [1],
-                                 reps=REPS if shape in shapes["layer"] else REPS // 2))
+            parts.append(measure(layers, [1], reps=REPS if shape in shapes["layer"] else REPS // 2))
         del weight
     labels = [v.label for v in variants]
     *layer, head = parts
@@ -113,7 +115,6 @@ def calibrate_draft(variants: list, shapes: dict) -> dict:
 
 
 def _file(key_parts: list, cpu: dict) -> Path:
-    from .embedded import cache_root
     key = hashlib.sha256(json.dumps([cpu, torch.__version__, CALIBRATION_VERSION, *key_parts]).encode())
     return cache_root() / "calibration" / f"{key.hexdigest()[:16]}.json"
 

@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 
 from .config import ConfigError
-from .embedded import ModelLoadError
+from .errors import ModelLoadError
 from .engine import Generation
 from .exactness import explain, how_exact
 from .render import first_difference

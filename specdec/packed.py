@@ -7,17 +7,13 @@ are ``__padding.N`` entries, so the file stays valid safetensors), so a reader c
 file and hand out tensors that are the file's own pages: layers whose runtime form is what was
 saved (:mod:`specdec.native`) start without reading or repacking anything.
 
-**Never compute on bytes that were not read.** A file is written to ``*.partial`` and renamed
-into place only when complete, with a sidecar ``*.sha256`` holding the checksum of the bytes as
-they were written. Every open checks the file's size against its own header (a copy cut short
-by a full disk or an interrupted copy fails here), every read checks it got every byte it asked
-for, and the checksum is checked once per file state (a stamp of size and mtime records that it
-passed; a file that is rewritten in place gets a new mtime and is checked again). A failure is
-:class:`DamagedFile`, naming the file; :mod:`specdec.embedded` then rebuilds it from the GGUF.
+A file is written to ``*.partial`` and renamed into place only when complete, its checksum
+sealed beside it (:mod:`specdec.store`, which checks it before use); every open checks the file's
+size against its own header (a copy cut short by a full disk or an interrupted copy fails here),
+and every read checks it got every byte it asked for.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import os
@@ -26,20 +22,13 @@ from typing import Iterable
 
 import torch
 
+from .store import DamagedFile, seal, sha256
+
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I8": torch.int8, "U8": torch.uint8,
           "I32": torch.int32, "I64": torch.int64}
 NAMES = {v: k for k, v in DTYPES.items()}
-CHUNK = 1 << 24  # bytes hashed per read when checking a file
 ALIGN = 64       # every tensor's first byte, in the file: a cache line, a page-aligned mapping keeps it
 PADDING = "__padding."
-
-
-class DamagedFile(OSError):
-    """A cached file is not what was written: truncated, altered, or without its checksum."""
-
-
-def _sidecar(path: Path) -> Path:
-    return path.with_name(path.name + ".sha256")
 
 
 def write(path: Path, tensors: Iterable[tuple[str, torch.Tensor]], metadata: dict[str, str] | None = None) -> None:
@@ -61,54 +50,49 @@ def write(path: Path, tensors: Iterable[tuple[str, torch.Tensor]], metadata: dic
         offset += n
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-(8 + len(raw)) % ALIGN)  # the data starts on an ALIGN boundary
-    digest = hashlib.sha256()
     tmp = path.with_name(path.name + ".partial")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(tmp, "wb") as f:
-            for chunk in (len(raw).to_bytes(8, "little"), raw):
-                digest.update(chunk)
-                f.write(chunk)
-            for _, t in items:
-                data = t.contiguous().cpu().reshape(-1).view(torch.uint8).numpy()  # a view: no copy
-                digest.update(data)
-                f.write(data)
+            checksum = sha256(_chunks(raw, items), into=f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # the file appears whole or not at all
     finally:
         if tmp.exists():
             tmp.unlink()
-    stat = path.stat()
-    _sidecar(path).write_text(json.dumps({"sha256": digest.hexdigest(), "bytes": stat.st_size,
-                                          "checked": [stat.st_size, stat.st_mtime_ns]}))
+    seal(path, checksum)
 
 
-def check(path: Path) -> None:
-    """Raise :class:`DamagedFile` unless ``path`` is whole and its checksum (once per file state) matches."""
-    path = Path(path)
-    side = _sidecar(path)
-    try:
-        record = json.loads(side.read_text())
-    except (OSError, ValueError):
-        raise DamagedFile(f"{path}: its checksum file {side.name} is missing or unreadable") from None
-    size = path.stat().st_size
-    if size != record["bytes"]:
-        raise DamagedFile(f"{path}: {size} bytes on disk, {record['bytes']} written")
-    stamp = [size, path.stat().st_mtime_ns]
-    if record.get("checked") == stamp:
-        return
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    if digest.hexdigest() != record["sha256"]:
-        raise DamagedFile(f"{path}: its bytes changed since it was written (sha256 {digest.hexdigest()[:12]}..., "
-                          f"written {record['sha256'][:12]}...)")
-    side.write_text(json.dumps({**record, "checked": stamp}))
+def _chunks(header: bytes, items: list[tuple[str, torch.Tensor]]):
+    yield len(header).to_bytes(8, "little")
+    yield header
+    for _, t in items:
+        yield t.contiguous().cpu().reshape(-1).view(torch.uint8).numpy()  # a view: no copy
 
 
-class Reader:
+class TensorTable:
+    """Tensors by name, each read only when asked for, from where its table entry says: what
+    :class:`specdec.qwen2.LeanQwen2` is built from (a packed file here, the GGUF's parts in
+    :class:`specdec.embedded.GGUFWeights`)."""
+
+    def __init__(self, table: dict[str, dict]):
+        self.table = table
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.table
+
+    def keys(self):
+        return self.table.keys()
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.read(key, self.table[key])
+
+    def read(self, key: str, entry: dict) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Reader(TensorTable):
     """The tensors of a file, by name. The size is checked against the header on open.
 
     By default each tensor is read into memory of its own, and every read must return every byte
@@ -133,7 +117,7 @@ class Reader:
         end = max((v["data_offsets"][1] for v in header.values()), default=0)
         if size != self.base + end:
             raise DamagedFile(f"{self.path}: {size} bytes, its header describes {self.base + end}")
-        self.header = {k: v for k, v in header.items() if not k.startswith(PADDING)}
+        super().__init__({k: v for k, v in header.items() if not k.startswith(PADDING)})
         self._bytes = None
         if mapped and size:
             with open(self.path, "rb") as f:
@@ -142,14 +126,7 @@ class Reader:
                 view.madvise(mmap.MADV_WILLNEED)  # read ahead in the background
             self._bytes = torch.frombuffer(view, dtype=torch.uint8)
 
-    def __contains__(self, key: str) -> bool:
-        return key in self.header
-
-    def keys(self):
-        return self.header.keys()
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        info = self.header[key]
+    def read(self, key: str, info: dict) -> torch.Tensor:
         start, end = info["data_offsets"]
         out = torch.empty(info["shape"], dtype=DTYPES[info["dtype"]])
         want = out.numel() * out.element_size()
@@ -164,8 +141,3 @@ class Reader:
             raise DamagedFile(f"{self.path}: read {got} of the {want} bytes of {key}")
         return out
 
-
-def remove(path: Path) -> None:
-    """Delete a cached file and its checksum."""
-    for p in (Path(path), _sidecar(Path(path))):
-        p.unlink(missing_ok=True)

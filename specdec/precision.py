@@ -17,7 +17,10 @@ specdec's kernels within a margin of it:
 GPUs take their native half precision (bf16 on CUDA where the GPU has it, else fp16; fp16 on
 MPS); float32, the other half precision and int8 weight-only (where the torch build has a
 kernel for the device) can be asked for. The choice and the reason are one line each
-(``Precision.reason``), shown by the CLI, the app and the benchmarks.
+(``Precision.reason``), shown by the CLI, the app and the benchmarks. A choice turns into layers
+in one step, :meth:`Precision.layers` (the layer class and its options on a device), which
+:mod:`specdec.loading` hands to the model it builds: the trail runs one way, settings ->
+precision -> loading -> :mod:`specdec.kernels`.
 """
 from __future__ import annotations
 
@@ -59,23 +62,27 @@ class Precision:
         """dtype of the parts that stay dense (embeddings) and of the model on a GPU."""
         return {"float32": torch.float32, "float16": torch.float16}.get(self.name, torch.bfloat16)
 
-    def _kernel(self, device: torch.device, batch_invariant: bool) -> tuple[type[PackedLinear], dict, dict]:
-        """The layer class of this representation on ``device``, with the options its
-        ``from_weight`` and its ``from_state`` take: one choice for building and restoring alike."""
+    def layers(self, device: torch.device, batch_invariant: bool = True) -> Layers:
+        """How a model's linear layers are made in this representation on ``device``: the layer
+        class and its options, one choice for building and restoring alike. ``batch_invariant``
+        matters for the CPU's int8 only: the verifier needs it (see :class:`Int8Linear`), the draft
+        does not. On a GPU the dense ones are plain device tensors, and int8 is weight-only
+        (:class:`Int8WeightOnlyLinear`), its activations in the device's half precision."""
         if device.type != "cpu":
-            if self.name == "int8":  # activations in the device's half precision
+            if self.name == "int8":
                 half = torch.bfloat16 if device.type == "cuda" else torch.float16
-                return Int8WeightOnlyLinear, {"device": device, "dtype": half}, {"dtype": half}
-            return DenseLinear, {"dtype": self.dense_dtype, "device": device}, {}
+                return Layers(Int8WeightOnlyLinear, device, {"device": device, "dtype": half}, {"dtype": half})
+            return Layers(DenseLinear, device, {"dtype": self.dense_dtype, "device": device}, {})
         if self.name in ("float32", "bfloat16"):
             transposed = self.transposed and self.name == "float32"
-            return DenseLinear, {"dtype": getattr(torch, self.name), "transposed": transposed}, {"transposed": transposed}
+            return Layers(DenseLinear, device, {"dtype": getattr(torch, self.name), "transposed": transposed},
+                          {"transposed": transposed})
         if self.name == "int8":
             kernel = {"specdec": native.NativeInt8Linear, "onednn": Int8DnnLinear, "fbgemm": Int8Linear}[self.cpu_kernel]
-            return kernel, {"batch_invariant": batch_invariant}, {"batch_invariant": batch_invariant}
+            return Layers(kernel, device, {"batch_invariant": batch_invariant}, {"batch_invariant": batch_invariant})
         if self.name == "int4":
-            return {"specdec": native.NativeInt4Linear, "torch": Int4Linear}[self.cpu_kernel], {}, {}
-        return Fp16Linear, {}, {}
+            return Layers({"specdec": native.NativeInt4Linear, "torch": Int4Linear}[self.cpu_kernel], device, {}, {})
+        return Layers(Fp16Linear, device, {}, {})
 
     @property
     def cpu_kernel(self) -> str:
@@ -83,28 +90,6 @@ class Precision:
         if self.kernel or self.name not in ("int8", "int4"):
             return self.kernel
         return "specdec" if native.available() else {"int8": "fbgemm", "int4": "torch"}[self.name]
-
-    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None, batch_invariant: bool = True,
-               device: torch.device = torch.device("cpu")) -> PackedLinear:
-        """The layer for a float weight (out, in) in this representation, on ``device``.
-        ``batch_invariant`` matters for the CPU's int8 only: the verifier needs it (see
-        :class:`Int8Linear`), the draft does not. On a GPU the dense ones are plain device
-        tensors, and int8 is weight-only (:class:`Int8WeightOnlyLinear`)."""
-        if device.type != "cpu" and bias is not None:
-            bias = bias.float().to(device)
-        kernel, options, _ = self._kernel(device, batch_invariant)
-        return kernel.from_weight(weight.float(), bias, **options)
-
-    def restore(self, state: dict[str, torch.Tensor], bias: torch.Tensor | None, batch_invariant: bool = True,
-                device: torch.device = torch.device("cpu")) -> PackedLinear:
-        """The layer :meth:`linear` built, from its saved ``state()`` (on ``device`` already)."""
-        kernel, _, options = self._kernel(device, batch_invariant)
-        return kernel.from_state(state, bias, **options)
-
-    def maps_saved(self, device: torch.device) -> bool:
-        """Whether restored layers run on the saved tensors as they are, so the cached file can be
-        memory-mapped rather than read (:class:`specdec.packed.Reader`)."""
-        return device.type == "cpu" and self._kernel(device, True)[0].keeps_state
 
     def cache_key(self, device: torch.device) -> str:
         """Which saved layers this precision can rebuild: the representation and its layout (specdec's
@@ -115,6 +100,33 @@ class Precision:
         if self.cpu_kernel == "specdec":
             return f"{self.name}-specdec"
         return self.name + (f"-{torch.backends.cpu.get_cpu_capability().lower()}" if self.name == "int4" else "")
+
+
+@dataclass(frozen=True)
+class Layers:
+    """A representation's layer class on one device, with the options its ``from_weight`` and its
+    ``from_state`` take: what a model is built from (:class:`specdec.qwen2.LeanQwen2`)."""
+
+    kernel: type[PackedLinear]
+    device: torch.device
+    build_options: dict
+    restore_options: dict
+
+    def build(self, weight: torch.Tensor, bias: torch.Tensor | None) -> PackedLinear:
+        """The layer for a float weight (out, in)."""
+        if self.device.type != "cpu" and bias is not None:
+            bias = bias.float().to(self.device)
+        return self.kernel.from_weight(weight.float(), bias, **self.build_options)
+
+    def restore(self, state: dict[str, torch.Tensor], bias: torch.Tensor | None) -> PackedLinear:
+        """The layer :meth:`build` made, from its saved ``state()`` (on the device already)."""
+        return self.kernel.from_state(state, bias, **self.restore_options)
+
+    @property
+    def maps_saved(self) -> bool:
+        """Whether restored layers run on the saved tensors as they are, so the cached file can be
+        memory-mapped rather than read (:class:`specdec.packed.Reader`)."""
+        return self.device.type == "cpu" and self.kernel.keeps_state
 
 
 def cpu_description() -> dict:

@@ -43,7 +43,7 @@ class ModelChoice:
                    pair.draft_precision.name if pair.draft_precision else "auto")
 
     def load(self, progress=None, k: int = DecodeConfig.k, drafter: str = "model"):
-        from .models import load_pair
+        from .loading import load_pair
         return load_pair(self.target, self.draft if drafter in MODEL_DRAFTERS else None, self.device, self.precision,
                          progress=progress, k=k, draft_precision=self.draft_precision)
 

@@ -17,7 +17,9 @@ from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, RESAMPLED, U
 COLORS = {ACCEPTED: "#86efac", REJECTED: "#fca5a5", RESAMPLED: "#fcd34d", BONUS: "#93c5fd", PLAIN: "#e5e7eb"}
 BAR = {ACCEPTED: "#16a34a", REJECTED: "#dc2626", UNREACHED: "#9ca3af"}  # saturated, for bars on white
 P_COLOR, Q_COLOR, RESIDUAL_COLOR = "#ea580c", "#2563eb", "#a16207"
-RACE_COLORS = {"verifier only": "#6b7280", "speculative": "#2563eb", "chain": "#2563eb", "tree": "#7c3aed"}
+# The Compare tab's sides, named once: the handlers race them, the views lay them out, the charts colour them.
+VERIFIER_ONLY, SPECULATIVE, CHAIN, TREE = "verifier only", "speculative", "chain", "tree"
+RACE_COLORS = {VERIFIER_ONLY: "#6b7280", SPECULATIVE: "#2563eb", CHAIN: "#2563eb", TREE: "#7c3aed"}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f97316", "accept": "#a855f7", "rollback": "#10b981", "other": "#9ca3af"}
 
 

@@ -24,6 +24,7 @@ from specdec.experiment import histogram
 from specdec.render import plural
 
 from . import charts
+from .charts import CHAIN, SPECULATIVE, TREE, VERIFIER_ONLY
 from .state import (FIELD_LABELS, TREE_FIELDS, Loader, Replay, Session, Worker, changes, form_defaults, form_values,
                     parse_form)
 from .views import (CompareView, Problem, Replayed, RunView, SampleView, StepView, compare_view, field_message,
@@ -145,7 +146,7 @@ def sample(session: Session) -> SampleView | Problem:
     if greedy:
         lines.append("At temperature 0 p and q are one-hot, so the argmax draft *is* a sample of q and both agree: "
                      "set a temperature such as 0.8 to see the bug land off p.")
-    return SampleView("\n".join(lines), charts.histogram_figure(h))
+    return SampleView(summary="\n".join(lines), histogram=charts.histogram_figure(h))
 
 
 # ---- run the whole generation -----------------------------------------------------------------
@@ -288,8 +289,8 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
     try:
         n_runs = _runs(runs)
         greedy = settings.decode.sampling.greedy
-        sides = ((("verifier only", "none"), ("chain", "model"), ("tree", "tree")) if settings.drafter == "tree" else
-                 (("verifier only", "none"), ("speculative", settings.drafter)))
+        sides = (((VERIFIER_ONLY, "none"), (CHAIN, "model"), (TREE, "tree")) if settings.drafter == "tree" else
+                 ((VERIFIER_ONLY, "none"), (SPECULATIVE, settings.drafter)))
         pairs = []
         for i in range(n_runs):
             cfg = replace(settings.decode, seed=settings.decode.seed + i, ignore_eos=not greedy)

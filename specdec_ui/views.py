@@ -22,6 +22,7 @@ from specdec.theory import decode_tokens_per_s
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, RoundTrace, RunSummary, summarize
 
 from . import charts, tree_views
+from .charts import CHAIN, TREE
 from .state import Walkthrough
 
 # What each kind of token is called on the page; the CSS gives each a colour *and* a second cue.
@@ -40,7 +41,7 @@ class Problem:
     field: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepView:
     status: str
     banner: str           # the temperature-0 caveat, or ""
@@ -56,7 +57,7 @@ class StepView:
     plain: str            # HTML: the same text, plain, whitespace made visible
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SampleView:
     """The rule run 10,000 times on one position of the round on show."""
 
@@ -64,7 +65,7 @@ class SampleView:
     histogram: Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunView:
     status: str
     text: str
@@ -78,7 +79,7 @@ class RunView:
     download: str | None  # path of the trace file once the run has ended
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CompareView:
     """Verifier only against speculative decoding; with the tree drafter, against a chain (the draft
     model, same K and settings) and against the tree, in a third column."""
@@ -188,7 +189,8 @@ def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
     r = walk.shown
     banner = (GREEDY_TREE_BANNER if drafter == "tree" else GREEDY_BANNER) if greedy and drafter != "none" else ""
     if r is None:
-        return StepView(notice, banner, "", "", None, None, None, "", "", "", text, plain)
+        return StepView(status=notice, banner=banner, explain="", table="", dist=None, ratio=None, tree=None, tests="",
+                        mask="", cache="", text=text, plain=plain)
     phase = walk.phase
     where = {"draft": "drafted", "verify": "drafted and verified", "accept": "drafted, verified and decided",
              "commit": "drafted, verified, decided and committed"}[phase]
@@ -199,10 +201,11 @@ def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
     if r.tree is not None:  # the tree, its tests and its mask stand in for the chain's table and charts
         asked = (settings.decode.tree_width, settings.decode.tree_nodes)
         paragraph = tree_explain(r, phase, greedy, settings.decode.k, settings.decode.confidence)
-        return StepView(status, banner, paragraph, "", None, None, tree_views.tree_figure(r, phase, greedy, asked),
-                        tree_views.tests_html(r, greedy) if decided else "",
-                        tree_views.mask_html(r, phase) if phase != "draft" else "", tree_cache_text(r, phase), text,
-                        plain)
+        return StepView(status=status, banner=banner, explain=paragraph, table="", dist=None, ratio=None,
+                        tree=tree_views.tree_figure(r, phase, greedy, asked),
+                        tests=tree_views.tests_html(r, greedy) if decided else "",
+                        mask=tree_views.mask_html(r, phase) if phase != "draft" else "",
+                        cache=tree_cache_text(r, phase), text=text, plain=plain)
     paragraph = explain(r, phase, drafter, greedy)
     if phase == "draft" and r.positions:
         paragraph += " " + draft_stop_text(r, settings.decode.k, settings.decode.confidence)
@@ -364,7 +367,7 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
     from specdec.theory import cost_model
     greedy = settings.decode.sampling.greedy
     base, *specs = list(pairs[0])
-    tree, chain = "tree" in specs, specs[0]
+    tree, chain = TREE in specs, specs[0]
     started = [p for p in pairs if any(g.rounds for g in p.values())] or pairs[:1]
     latest = started[-1]
     complete = [p for p in pairs if all(g.done for g in p.values())]
@@ -373,8 +376,8 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
         ups = {n: [decode_tokens_per_s(p[n].rounds) / decode_tokens_per_s(p[base].rounds)
                    for p in complete if p[base].rounds and p[n].rounds] for n in specs}
         if tree:
-            badge = (f"**Speed-up** chain {_median_range(ups['chain'], '.2f', 'x')}, tree "
-                     f"{_median_range(ups['tree'], '.2f', 'x')} = the verifier-only run's time per token / each "
+            badge = (f"**Speed-up** chain {_median_range(ups[CHAIN], '.2f', 'x')}, tree "
+                     f"{_median_range(ups[TREE], '.2f', 'x')} = the verifier-only run's time per token / each "
                      "speculative run's, over the rounds (each run's own compute; the prefill excluded). ")
         else:
             badge = (f"**Speed-up** {_median_range(ups[chain], '.2f', 'x')} = the verifier-only run's time per token / "
@@ -415,12 +418,14 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
             why, why_chart = why_markdown(model, " for the chain" if tree else ""), charts.speedup_figure(
                 model, settings.decode.k)
             if tree:
-                why += "\n\n" + tree_why_markdown(side(chain), side("tree"))
+                why += "\n\n" + tree_why_markdown(side(chain), side(TREE))
         race = charts.race_figure([(f"{name}{f' (run {i + 1})' if len(pairs) > 1 else ''}", name, p[name].rounds)
                                    for i, p in enumerate(started) for name in p])
     stats = {n: _side_stats([p[n] for p in pairs], n != base) for n in pairs[0]}
-    return CompareView(badge, "### Chain (draft model)" if tree else "### Speculative", tree, stats[base],
-                       stats[chain], stats.get("tree", ""), plain_html(latest[base].text), plain_html(latest[chain].text),
-                       plain_html(latest["tree"].text) if tree else plain_html(""),
-                       "" if final else charts.race_html([(n, g.rounds) for n, g in latest.items()]),
-                       race if final else UNCHANGED, why if final else UNCHANGED, why_chart if final else UNCHANGED)
+    return CompareView(badge=badge, spec_title="### Chain (draft model)" if tree else "### Speculative", tree_side=tree,
+                       base_stats=stats[base], spec_stats=stats[chain], tree_stats=stats.get(TREE, ""),
+                       base_text=plain_html(latest[base].text), spec_text=plain_html(latest[chain].text),
+                       tree_text=plain_html(latest[TREE].text) if tree else plain_html(""),
+                       live="" if final else charts.race_html([(n, g.rounds) for n, g in latest.items()]),
+                       race=race if final else UNCHANGED, why=why if final else UNCHANGED,
+                       why_chart=why_chart if final else UNCHANGED)

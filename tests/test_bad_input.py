@@ -5,10 +5,10 @@ import pytest
 
 import tiny
 from specdec import ConfigError, DecodeConfig, ModelLoadError, SamplingConfig
-from specdec import embedded, models
+from specdec import embedded, loading
 from specdec.cli import main
 from specdec.embedded import EmbeddedModel, assemble_gguf
-from specdec.models import check_compatible
+from specdec.pairing import check_compatible
 
 
 def cli_error(capsys, *args) -> str:
@@ -44,7 +44,7 @@ def test_cli_rejects_an_empty_prompt(capsys):
 
 
 def test_unknown_model_while_offline_names_the_embedded_default(capsys, monkeypatch):
-    monkeypatch.setattr(models, "_hub_reachable", lambda: False)
+    monkeypatch.setattr(loading, "_hub_reachable", lambda: False)
     msg = cli_error(capsys, "--target", "no-such-org/no-such-model", "--drafter", "lookup")
     assert "target: cannot load 'no-such-org/no-such-model'" in msg and embedded.DEFAULT_TARGET in msg
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -24,8 +25,9 @@ import torch
 
 import tiny_gguf
 from specdec import native, dequant, embedded, packed, store
-from specdec.embedded import ModelLoadError
-from specdec.models import load_model, packed_file
+from specdec.errors import ModelLoadError
+from specdec.loading import load_model
+from specdec.store import packed_file
 from specdec.precision import Precision
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -131,10 +133,10 @@ def test_packed_round_trip_of_every_dtype_with_a_checksum(tmp_path, monkeypatch)
     hashed = []
     real = hashlib.sha256
     monkeypatch.setattr(hashlib, "sha256", lambda *a: hashed.append(1) or real(*a))
-    packed.check(path)
+    store.check(path)
     assert len(hashed) == 1
     assert sidecar(path)["checked"] == [path.stat().st_size, path.stat().st_mtime_ns]
-    packed.check(path)
+    store.check(path)
     assert len(hashed) == 1
 
 
@@ -142,12 +144,12 @@ def test_a_file_cut_short_is_refused_at_open_and_at_check(tmp_path, monkeypatch)
     path = tmp_path / "x.safetensors"
     write_sample(path)
     cut_to_half(path)
-    with pytest.raises(packed.DamagedFile, match="describes") as opened:
+    with pytest.raises(store.DamagedFile, match="describes") as opened:
         packed.Reader(path)
     # by its size alone, before hashing a byte of it (a cut-short model file is GBs)
     monkeypatch.setattr(hashlib, "sha256", lambda *a: pytest.fail("hashed a file whose size is wrong"))
-    with pytest.raises(packed.DamagedFile, match="written") as checked:
-        packed.check(path)
+    with pytest.raises(store.DamagedFile, match="written") as checked:
+        store.check(path)
     assert str(path) in str(opened.value) and str(path) in str(checked.value)
 
 
@@ -156,14 +158,14 @@ def test_an_altered_byte_or_a_missing_checksum_is_refused_at_check(tmp_path):
     write_sample(path)
     flip(path, path.stat().st_size - 1)  # in the data: the header still parses, the size still matches
     assert packed.Reader(path)["empty"].shape == (0, 4)
-    with pytest.raises(packed.DamagedFile, match="bytes changed") as e:
-        packed.check(path)
+    with pytest.raises(store.DamagedFile, match="bytes changed") as e:
+        store.check(path)
     assert str(path) in str(e.value)
     write_sample(path)
-    packed.check(path)
+    store.check(path)
     path.with_name(path.name + ".sha256").unlink()
-    with pytest.raises(packed.DamagedFile, match="checksum file") as e:
-        packed.check(path)
+    with pytest.raises(store.DamagedFile, match="checksum file") as e:
+        store.check(path)
     assert str(path) in str(e.value)
 
 
@@ -186,7 +188,7 @@ def test_an_interrupted_write_leaves_no_file_and_no_partial(tmp_path, monkeypatc
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.safetensors", "x.safetensors.sha256"]
     assert path.read_bytes() == before
-    packed.check(path)
+    store.check(path)
 
 
 # ---- the tiny GGUF, end to end ----
@@ -220,7 +222,7 @@ def test_first_load_packs_and_saves_a_second_restores_it_bitwise(tiny, precision
     first = Lines()
     model, tok = load(precision, first)
     path = packed_file(tiny.spec, precision, CPU)
-    root = embedded.model_root(tiny.spec)
+    root = store.model_root(tiny.spec)
     assert len(first.having("packing")) == 1
     assert path.is_file() and path.with_name(path.name + ".sha256").is_file()
     assert (root / "meta" / "tensors.json").is_file() and (root / "meta" / "config.json").is_file()
@@ -236,7 +238,7 @@ def test_first_load_packs_and_saves_a_second_restores_it_bitwise(tiny, precision
     assert not second.having("packing") and not second.having("damaged")
     assert (path.stat().st_mtime_ns, path.with_name(path.name + ".sha256").read_text()) == state
     assert torch.equal(logits(again, tok), logits(model, tok))
-    if precision.maps_saved(CPU):  # the layers run on the file's own pages: nothing read or repacked
+    if precision.layers(CPU).maps_saved:  # the layers run on the file's own pages: nothing read or repacked
         weights = next(iter(again.layers[0].qkv.state().values()))
         assert weights.untyped_storage().nbytes() == path.stat().st_size
 
@@ -247,7 +249,7 @@ def test_a_load_that_does_not_keep_leaves_no_packed_file_but_reads_one(tiny):
     lines = Lines()
     model, tok = load(FLOAT32, lines, keep=False)
     assert len(lines.having("packing")) == 1 and not path.exists()
-    assert not list(embedded.model_root(tiny.spec).glob("packed-*"))
+    assert not list(store.model_root(tiny.spec).glob("packed-*"))
     load(FLOAT32)
     lines = Lines()
     again, _ = load(FLOAT32, lines, keep=False)
@@ -283,7 +285,7 @@ def test_transformers_prefix_loads_transformers_model_with_the_chosen_linears(ti
     """``transformers:embedded:...`` (the benchmarks' reference forward): transformers' own Qwen2
     classes, its Linear layers packed like any non-Qwen model's, the lean model's logits."""
     from specdec.kernels import PackedLinear
-    from specdec.models import TRANSFORMERS
+    from specdec.loading import TRANSFORMERS
     lean, tok = load()
     model, _ = load_model(TRANSFORMERS + tiny.spec.name, CPU, FLOAT32, "target")
     assert type(model).__name__ == "Qwen2ForCausalLM"
@@ -331,9 +333,21 @@ def test_a_damaged_packed_file_is_rebuilt_and_damaged_parts_are_never_packed(tin
     assert not list(path.parent.glob("*.partial"))
 
 
+def test_without_a_callback_a_rebuild_is_logged_never_printed(tiny, caplog, capsys):
+    """The library never prints: with no progress callback, the one line a user must see goes to
+    the ``specdec`` logger (which Python writes to stderr where logging is not set up)."""
+    load()
+    cut_to_half(packed_file(tiny.spec, FLOAT32, CPU))
+    with caplog.at_level(logging.WARNING, logger="specdec"):
+        load_model(tiny_gguf.NAME, CPU, FLOAT32, "target", None, keep=True)
+    assert len([r for r in caplog.records if r.name == "specdec" and DAMAGED in r.getMessage()]) == 1
+    out, err = capsys.readouterr()
+    assert DAMAGED not in out + err
+
+
 def test_damaged_meta_is_made_again(tiny):
     load()
-    table = embedded.model_root(tiny.spec) / "meta" / "tensors.json"
+    table = store.model_root(tiny.spec) / "meta" / "tensors.json"
     good = json.loads(table.read_text())
     table.write_text(table.read_text()[:50])  # cut short: not JSON
     lines = Lines()
@@ -345,21 +359,10 @@ def test_damaged_meta_is_made_again(tiny):
 
 def test_meta_without_its_tensor_table_is_made_again(tiny):
     load()
-    table = embedded.model_root(tiny.spec) / "meta" / "tensors.json"
+    table = store.model_root(tiny.spec) / "meta" / "tensors.json"
     table.unlink()
     load()
     assert table.is_file()
-
-
-def test_layout_1_is_removed_on_the_first_load(tiny):
-    root = embedded.model_root(tiny.spec)
-    (root / "converted-float32").mkdir(parents=True)
-    (root / "converted-float32" / "model.safetensors").write_bytes(b"\0" * 4096)
-    (root / "model.gguf").write_bytes(b"\0" * 4096)
-    lines = Lines()
-    load(FLOAT32, lines)
-    assert len(lines.having("removed the old cache layout")) == 1
-    assert not (root / "converted-float32").exists() and not (root / "model.gguf").exists()
 
 
 # ---- python -m specdec cache ----
@@ -367,7 +370,7 @@ def test_layout_1_is_removed_on_the_first_load(tiny):
 def test_cache_show_and_clear(tiny, capsys):
     from specdec.cli import main
     load()
-    root, path = embedded.model_root(tiny.spec), packed_file(tiny.spec, FLOAT32, CPU)
+    root, path = store.model_root(tiny.spec), packed_file(tiny.spec, FLOAT32, CPU)
     calibration = tiny.cache / "calibration" / "0123456789abcdef.json"
     calibration.parent.mkdir()
     calibration.write_text(json.dumps({"timings_ms": {}}))

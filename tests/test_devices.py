@@ -11,7 +11,7 @@ from specdec.cache import CachedLM
 from specdec.config import ConfigError, DecodeConfig
 from specdec.engine import Generation, make_drafter
 from specdec.graphs import Graphed
-from specdec.models import GPU_PAD_ROWS, lean_options
+from specdec.loading import GPU_PAD_ROWS, lean_options
 from specdec.precision import Precision, gpu_candidates
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -117,7 +117,7 @@ def test_int8_weight_only_matches_its_dequantised_weights():
     q, s = quantize_rows(w)
     reference = x.bfloat16().float() @ (q.float() * s[:, None]).T + 1
     torch.testing.assert_close(layer(x), reference, rtol=2e-2, atol=2e-2)
-    on_cpu = Precision("int8", "").linear(w, None, device=torch.device("cpu"))
+    on_cpu = Precision("int8", "").layers(torch.device("cpu")).build(w, None)
     assert on_cpu.kind.startswith("int8 (W8A8")  # the CPU keeps its own batch-invariant W8A8
 
 

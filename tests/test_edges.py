@@ -17,8 +17,8 @@ import tiny
 from specdec import (ConfigError, DecodeConfig, Generation, ModelLoadError, NumericalError, SamplingConfig, TraceFile,
                      make_drafter)
 from specdec.cli import main as cli
+from specdec.pairing import ModelPair
 from specdec.record import TOP_N
-from specdec.models import ModelPair
 from specdec.sampling import probs_from_logits
 from specdec.trace import ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED
 
@@ -218,8 +218,8 @@ def _sliding(seed):
 
 def _cli_with(monkeypatch, make_pair):
     """The CLI, with load_pair building this pair of tiny models instead of loading the real one."""
-    import specdec.models
-    monkeypatch.setattr(specdec.models, "load_pair", lambda *a, **kw: make_pair())
+    import specdec.loading
+    monkeypatch.setattr(specdec.loading, "load_pair", lambda *a, **kw: make_pair())
     return cli
 
 

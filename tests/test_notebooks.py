@@ -29,10 +29,10 @@ def run_in_this_process(nb) -> None:
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from specdec import models
+    from specdec import loading
     shell = InteractiveShell.instance()
     shell.reset(new_session=True)
-    pairs, renderer = set(models._PAIRS), pio.renderers.default
+    pairs, renderer = set(loading._PAIRS), pio.renderers.default
     pio.renderers.default = "plotly_mimetype"  # fig.show() displays (captured), never opens a browser
     try:
         for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
@@ -45,8 +45,8 @@ def run_in_this_process(nb) -> None:
                 raise AssertionError(f"code cell {i} failed:\n{cell.source[:400]}\n---\n{out.stdout[-3000:]}")
     finally:
         pio.renderers.default = renderer
-        for key in set(models._PAIRS) - pairs:
-            del models._PAIRS[key]
+        for key in set(loading._PAIRS) - pairs:
+            del loading._PAIRS[key]
         shell.reset(new_session=True)
 
 

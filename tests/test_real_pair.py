@@ -11,9 +11,9 @@ import torch
 from conftest import REAL_PRECISION
 from specdec import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED
 from specdec.cli import main
-from specdec import packed
-from specdec.embedded import model_root
-from specdec.models import DRAFT_VOCAB, packed_file
+from specdec.loading import DRAFT_VOCAB
+from specdec.pairing import ModelPair
+from specdec.store import check, model_root, packed_file
 from specdec.render import first_difference
 
 PROMPTS = [
@@ -30,22 +30,20 @@ def run_cli(capsys, *args) -> tuple[int, dict | None, str]:
 
 
 def test_embedded_pair_is_cached_as_it_runs_and_paired(real_pair):
-    """The cache holds what runs (the GGUF header's metadata and the packed layers), checked, and
-    nothing of the old layout: the issue's disk target is <= 3 GB for the default pair."""
+    """The cache holds what runs (the GGUF header's metadata and the packed layers), checked: the
+    issue's disk target is <= 3 GB for the default pair."""
     assert real_pair.target_name == DEFAULT_TARGET and real_pair.draft_name == DEFAULT_DRAFT
     cpu = torch.device("cpu")
     files = [packed_file(EMBEDDED[DEFAULT_TARGET], real_pair.precision, cpu),
              packed_file(EMBEDDED[DEFAULT_DRAFT], real_pair.draft_precision, cpu, DRAFT_VOCAB)]
     for path in files:
-        packed.check(path)  # whole, and its checksum matched (once per file state)
+        check(path)  # whole, and its checksum matched (once per file state)
     metas = [model_root(spec) / "meta" for spec in EMBEDDED.values()]
     total = sum(p.stat().st_size for p in files) + sum(f.stat().st_size for m in metas for f in m.iterdir())
     print(f"cache of the default pair: {total / 1e9:.2f} GB")
     assert total <= 3e9
-    for spec in EMBEDDED.values():
-        assert not (model_root(spec) / "converted-float32").exists()
-    counts = real_pair.param_counts()
-    assert 1.4e9 < counts["target"] < 1.9e9 and 0.4e9 < counts["draft"] < 0.7e9
+    target, draft = (ModelPair.parameter_breakdown(m)["total"] for m in (real_pair.target, real_pair.draft))
+    assert 1.4e9 < target < 1.9e9 and 0.4e9 < draft < 0.7e9
     assert real_pair.vocab_size >= len(real_pair.tokenizer)
     assert real_pair.tokenizer.convert_ids_to_tokens(sorted(real_pair.stop_ids)) == ["<|im_end|>"]
 

@@ -203,9 +203,9 @@ def test_the_shape_that_ran_is_decided_once_and_recorded_by_every_entry_point(mo
     final = list(handlers.run(Loader(ModelChoice.of(pair), pair), Session(), form))[-1]
     settings = json.loads(Path(final.download).read_text())["settings"]
     assert (settings["tree_width"], settings["tree_nodes"]) == (1, 3)
-    import specdec.models
+    import specdec.loading
     from specdec.cli import main
-    monkeypatch.setattr(specdec.models, "load_pair", lambda *a, **kw: pair)
+    monkeypatch.setattr(specdec.loading, "load_pair", lambda *a, **kw: pair)
     capsys.readouterr()
     assert main(["generate", "--prompt", "w1 w2 w3", "--drafter", "tree", "--k", "3", "--max-new-tokens", "4",
                  "--json"]) == 0

@@ -5,7 +5,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from specdec.models import ModelPair
+from specdec.pairing import ModelPair
 
 V = 64          # real tokens; the models get padding rows beyond them, Qwen-style
 EOS = V - 1
@@ -56,12 +56,9 @@ def lean(m: Qwen2ForCausalLM, precision: str = "float32", batch_invariant: bool 
          device: str = "cpu", **options):
     """The same weights on specdec's lean Qwen2 forward, in a representation for ``device``;
     ``options`` as :class:`~specdec.qwen2.LeanQwen2` takes them (static, pad_rows, graphs, complex_rope)."""
-    from functools import partial
-
     from specdec.precision import Precision
     from specdec.qwen2 import LeanQwen2
-    make = partial(Precision(precision, "test", transposed).linear, batch_invariant=batch_invariant,
-                   device=torch.device(device))
+    make = Precision(precision, "test", transposed).layers(torch.device(device), batch_invariant).build
     out = LeanQwen2(m.config, {k: v.detach().clone() for k, v in m.state_dict().items()}, make,
                     device=device, **options)
     out.generation_config = m.generation_config

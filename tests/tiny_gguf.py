@@ -2,7 +2,7 @@
 
 The embedded pair reaches specdec as GGUF files cut into PyPI part packages (modules
 ``<prefix><i>`` with a ``get_part_path()``), checked against a pinned sha256, read in place and
-packed into the cache (:mod:`specdec.embedded`, :mod:`specdec.models`). :func:`install` makes a
+packed into the cache (:mod:`specdec.embedded`, :mod:`specdec.loading`). :func:`install` makes a
 stand-in for all of that in a temporary directory: a 2-layer, 64-wide model with a byte-level BPE
 tokenizer in its header, its 2-D weights in Q8_0 and two other kinds (F16 and Q4_0), split into
 three parts behind fake part modules, registered as ``embedded:tiny-test``, with ``SPECDEC_CACHE``
@@ -154,7 +154,7 @@ def build(where: Path) -> tuple[Path, dict[str, np.ndarray]]:
 def install(monkeypatch, where: Path, built: tuple[Path, dict[str, np.ndarray]]) -> TinyGGUF:
     """Register ``embedded:tiny-test`` from ``built``: three part files under ``where/parts`` behind
     fake part modules in ``sys.modules``, its spec (with the file's sha256) in
-    ``specdec.embedded.EMBEDDED`` (the dict :mod:`specdec.models` and :mod:`specdec.store` import)
+    ``specdec.embedded.EMBEDDED`` (the dict :mod:`specdec.loading` and :mod:`specdec.store` import)
     and ``SPECDEC_CACHE`` at ``where/cache``, which does not exist yet."""
     gguf_path, weights = built
     parts = split(gguf_path, where / "parts")
