@@ -91,6 +91,16 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 .spec-table tr.row-unreached th, .spec-table tr.row-after_stop th {{ border-left: 4px solid #9ca3af; }}
 .spec-table tr.row-resampled th {{ border-left: 4px solid #d97706; }}
 .spec-table tr.row-bonus th {{ border-left: 4px solid #2563eb; }}
+.spec-tree-title {{ font-weight: 600; margin: 0 0 2px 0; color: #111827; }}
+.spec-tree-box {{ overflow: auto; max-height: 70vh; border: 1px solid #e5e7eb; border-radius: 6px; padding: 6px;
+  background: #ffffff; }}
+.spec-tree-box svg {{ display: block; }}
+.spec-tree-box text {{ fill: #111827; white-space: pre; }}
+.tree-node:focus {{ outline: none; }}
+.tree-node:focus rect {{ stroke: #111827; stroke-width: 3; }}
+.tree-key {{ display: inline-block; margin-right: 10px; }}
+.tree-swatch {{ display: inline-block; width: 11px; height: 11px; border: 2px solid; border-radius: 2px;
+  margin-right: 4px; vertical-align: -1px; }}
 .spec-mask table {{ width: auto; font-size: 11px; }}
 .spec-mask th, .spec-mask td {{ padding: 0 3px; text-align: center; line-height: 1.3; }}
 .spec-mask tbody th {{ text-align: left; white-space: nowrap; }}
@@ -126,7 +136,7 @@ THEME = gr.themes.Default(primary_hue="blue").set(
     button_cancel_background_fill_hover="#991b1b", button_cancel_text_color="#ffffff",
     block_info_text_color="#4b5563")  # field hints: 7.6:1 on white
 PLOT_MIN_WIDTH = 360
-TREE_ONLY = ("tests", "mask")  # StepView's HTML fields that only a tree round fills
+TREE_ONLY = ("tree", "tests", "mask")  # StepView's HTML fields that only a tree round fills
 COLUMN_MIN_WIDTH = 280  # three Compare columns side by side beside the open sidebar at 1280 px
 # On a phone-sized window the open sidebar would cover the page: start it closed there.
 CLOSE_SIDEBAR_WHEN_NARROW = """() => setTimeout(() => {
@@ -228,7 +238,7 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 view["table"] = gr.HTML()
                 view["cache"] = gr.Markdown()
             with gr.Column(min_width=320):
-                view["tree"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+                view["tree"] = gr.HTML(visible=False)
                 view["mask"] = gr.HTML(visible=False)
                 view["dist"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
                 view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)

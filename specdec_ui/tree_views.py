@@ -1,4 +1,4 @@
-"""A tree round in the step-through: the token tree as a figure, the rule's sibling tests as a
+"""A tree round in the step-through: the token tree as measured SVG boxes, the rule's sibling tests as a
 table and the verifier's tree attention mask as a grid (SpecInfer, Miao et al. 2023).
 
 Pure functions of a :class:`~specdec.trace.RoundTrace` whose ``tree`` is set and the phase
@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from html import escape
 
-import plotly.graph_objects as go
-
 from specdec.render import DASH
 from specdec.render_tree import TREE_HEADERS, tree_test_rows
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
 from specdec.tree import children, mask_grid
 
-from .charts import BAR, COLORS, _layout
+from .charts import BAR, COLORS
 
 DRAFTED = "drafted"  # a node before the verdicts are revealed
 FINAL = "final"      # the token after the path: resampled or bonus
@@ -27,8 +25,6 @@ LINE = {ROOT: "#111827", DRAFTED: "#2563eb", ACCEPTED: "#15803d", REJECTED: "#b9
 NAMES = {ROOT: "root: the last context token", DRAFTED: "drafted (not tested yet)", ACCEPTED: "kept: the accepted path",
          REJECTED: "rejected (tested)", UNTESTED: "not tested", RESAMPLED: "resampled: ends the round",
          BONUS: "bonus: ends the round", PLAIN: "drawn from p: nothing drafted"}
-ROW_PX, ROW_PX_DENSE, DENSE = 44, 24, 24  # px per leaf; past DENSE leaves a box holds the token alone
-BOTTOM_PX = 140  # under the plot: the depth axis, then the legend
 
 
 def _token(text: str) -> str:
@@ -63,95 +59,26 @@ def _why_untested(r: RoundTrace, j: int) -> str:
     return "its parent was not on the accepted path"
 
 
-def tree_figure(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] = (0, 0)) -> go.Figure:
-    """The round's token tree, depth left to right, siblings stacked in the order they are tested;
-    one trace per kind of node (its legend entry and hover), each node a box holding its token and
-    number (and its q, then p, while there is room). ``asked``: the W and N of the settings, 0 for
-    this machine's choice."""
-    t = r.tree
-    nodes = list(t.nodes)
-    decided = phase in ("accept", "commit")
-    parents = [n.parent for n in nodes]
-    final = decided and r.next_token is not None
-    if final:  # the token that ends the round: one more child of the node the walk stopped at
-        parents.append(t.kept[-1] if t.kept else 0)
-    y = slots(parents)
-    x = [0] + [n.depth for n in nodes[1:]] + ([nodes[parents[-1]].depth + 1] if final else [])
-    leaves = int(-min(y)) + 1
-    dense = leaves > DENSE
-    kinds: dict[str, list[int]] = {}
-    for j, n in enumerate(nodes):
-        kinds.setdefault(n.status if decided or n.status == ROOT else DRAFTED, []).append(j)
-    if final:
-        kinds[r.next_kind] = [len(nodes)]
-    fig = go.Figure()
-    path = set(t.kept) | {0}
-    for on_path in (False, True):  # edges under the boxes; the accepted path drawn thick
-        ex, ey = [], []
-        for j in range(1, len(parents)):
-            if (decided and j in path and parents[j] in path) == on_path:
-                ex += [x[parents[j]], x[j], None]
-                ey += [y[parents[j]], y[j], None]
-        fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
-                                 line=dict(color=LINE[ACCEPTED] if on_path else "#9ca3af", width=3 if on_path else 1)))
-    for kind, js in kinds.items():
-        hover, labels = [], []
-        for j in js:
-            hover.append(_hover(r, j, phase, greedy))
-            labels.append(_box(r, j, phase, dense))
-        fig.add_trace(go.Scatter(x=[x[j] for j in js], y=[y[j] for j in js], mode="markers", name=NAMES[kind],
-                                 hovertext=hover, hoverinfo="text", customdata=js,
-                                 marker=dict(symbol="square", size=12, color=FILL[kind],
-                                             line=dict(color=LINE[kind], width=2))))
-        for j, label in zip(js, labels):
-            fig.add_annotation(x=x[j], y=y[j], text=label, showarrow=False, bgcolor=FILL[kind], bordercolor=LINE[kind],
-                               borderwidth=2, borderpad=3, font=dict(size=11, color="#111827"))
-    depth = max(x)
-    mine = [" (this machine's choice)" if a == 0 else "" for a in asked]
-    sub = (f"W = {t.width}{mine[0]}: children per expanded node at most<br>N = {t.budget}{mine[1]}: nodes at most; "
-           f"{len(nodes) - 1} drafted<br>hover a node for its numbers" + ("; the thick path is kept" if decided else ""))
-    plot_px = max(120, (ROW_PX_DENSE if dense else ROW_PX) * leaves)
-    fig = _layout(fig, f"Round {r.index + 1}: the token tree", subtitle=sub, height=plot_px + 99 + BOTTOM_PX,
-                  xaxis=dict(title="depth (tokens after the last context token)", tickmode="array",
-                             tickvals=list(range(depth + 1)), ticktext=["root"] + [str(d) for d in range(1, depth + 1)],
-                             range=[-0.5, depth + 0.5], showgrid=False, zeroline=False),
-                  yaxis=dict(visible=False, range=[min(y) - 0.6, 0.6]))
-    fig.update_layout(legend=dict(itemsizing="constant", y=-60 / plot_px), hovermode="closest", margin_b=BOTTOM_PX)
-    return fig
-
-
-def _box(r: RoundTrace, j: int, phase: str, dense: bool) -> str:
-    nodes = r.tree.nodes
-    if j == len(nodes):
-        word = "" if dense else f"<br><span style='font-size:9px'>{r.next_kind}</span>"
-        return f"<b>{escape(_token(r.next_token.text))}</b>{word}"
-    n = nodes[j]
-    head = f"<span style='font-size:9px;color:#4b5563'>{j}</span> {escape(_token(n.text))}"
-    if dense or j == 0:
-        return head
-    nums = f"q {n.q:.2f}" + (f" p {n.p:.2f}" if phase != "draft" else "")
-    return f"{head}<br><span style='font-size:9px'>{nums}</span>"
-
-
 def _hover(r: RoundTrace, j: int, phase: str, greedy: bool) -> str:
     nodes = r.tree.nodes
     if j == len(nodes):
         how = "drawn from p after the leaf" if r.next_kind in (BONUS, PLAIN) else (
             "the verifier's argmax: no child was it" if greedy else "drawn from the residual the last rejection left")
-        return f"{escape(repr(r.next_token.text))}, {r.next_kind}: {how}, probability {r.next_token.prob:.3g}"
+        return f"{r.next_token.text!r}, {r.next_kind}: {how}, probability {r.next_token.prob:.3g}"
     n = nodes[j]
     if j == 0:
-        return f"node 0 {escape(repr(n.text))}: the root, the last context token (its children are tested first)"
-    out = (f"node {j} {escape(repr(n.text))}, depth {n.depth}, child of node {n.parent}<br>q = {n.q:.4f} (the "
+        return f"node 0 {n.text!r}: the root, the last context token (its children are tested first)"
+    out = (f"node {j} {n.text!r}, depth {n.depth}, child of node {n.parent}\nq = {n.q:.4f} (the "
            f"draft's, at its parent); path q = {n.path_q:.3g} (the product of q along the path, how the draft ranked it)")
     if phase != "draft":
-        out += f"<br>p = {n.p:.4f} (the verifier's, at its parent)"
+        out += f"\np = {n.p:.4f} (the verifier's, at its parent)"
     if phase in ("accept", "commit"):
         if n.status == UNTESTED:
-            out += f"<br>not tested: {_why_untested(r, j)}"
+            out += f"\nnot tested: {_why_untested(r, j)}"
+        elif greedy:  # temperature 0: no draw, the child is the argmax or it is not
+            out += "\nkept: the verifier's argmax" if n.status == ACCEPTED else "\nrejected: not the verifier's argmax"
         else:
-            u = "" if n.u is None else f", u = {n.u:.3f}"
-            out += f"<br>ratio = {n.ratio:.3f}{u}: {'kept' if n.status == ACCEPTED else 'rejected'}"
+            out += f"\nratio = {n.ratio:.3f}, u = {n.u:.3f}: {'kept' if n.status == ACCEPTED else 'rejected'}"
     return out
 
 
@@ -254,7 +181,7 @@ def tree_html(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] = 
                      f'fill="none" stroke="{LINE[ACCEPTED] if kept else "#9ca3af"}" stroke-width="{3 if kept else 1.5}"/>')
     boxes = []
     for j, ((top, bottom), kind) in enumerate(zip(labels, kinds)):
-        tip = escape(_hover(r, j, phase, greedy).replace("<br>", "\n"), quote=True)
+        tip = escape(_hover(r, j, phase, greedy), quote=True)
         boxes.append(
             f'<g class="tree-node node-{kind}" tabindex="0" role="img" aria-label="{tip}"><title>{tip}</title>'
             f'<rect x="{x[j] + 1:.1f}" y="{y[j] + 1:.1f}" width="{box_w[j]:.1f}" height="{BOX_H}" rx="4" '

@@ -49,7 +49,7 @@ class StepView:
     table: str            # HTML: the drafted tokens, as far as the phase has revealed them ("" for a tree)
     dist: Any             # plotly Figure, or None (hidden)
     ratio: Any
-    tree: Any             # a tree round: its token tree (plotly Figure); None for a chain
+    tree: str             # a tree round: HTML, its token tree as SVG; "" for a chain
     tests: str            # a tree round: HTML, the rule's sibling tests in order, once decided
     mask: str             # a tree round: HTML, the verifier's tree attention mask, once verified
     cache: str
@@ -189,7 +189,7 @@ def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
     r = walk.shown
     banner = (GREEDY_TREE_BANNER if drafter == "tree" else GREEDY_BANNER) if greedy and drafter != "none" else ""
     if r is None:
-        return StepView(status=notice, banner=banner, explain="", table="", dist=None, ratio=None, tree=None, tests="",
+        return StepView(status=notice, banner=banner, explain="", table="", dist=None, ratio=None, tree="", tests="",
                         mask="", cache="", text=text, plain=plain)
     phase = walk.phase
     where = {"draft": "drafted", "verify": "drafted and verified", "accept": "drafted, verified and decided",
@@ -202,7 +202,7 @@ def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
         asked = (settings.decode.tree_width, settings.decode.tree_nodes)
         paragraph = tree_explain(r, phase, greedy, settings.decode.k, settings.decode.confidence)
         return StepView(status=status, banner=banner, explain=paragraph, table="", dist=None, ratio=None,
-                        tree=tree_views.tree_figure(r, phase, greedy, asked),
+                        tree=tree_views.tree_html(r, phase, greedy, asked),
                         tests=tree_views.tests_html(r, greedy) if decided else "",
                         mask=tree_views.mask_html(r, phase) if phase != "draft" else "",
                         cache=tree_cache_text(r, phase), text=text, plain=plain)
@@ -214,7 +214,7 @@ def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
         table=table_html(r, phase) if r.positions else "",
         dist=charts.distribution_figure(r) if decided else None,
         ratio=charts.ratio_figure([r]) if decided and r.positions else None,
-        tree=None, tests="", mask="", cache=cache_text(r, phase), text=text, plain=plain)
+        tree="", tests="", mask="", cache=cache_text(r, phase), text=text, plain=plain)
 
 
 def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: str | None = None,

@@ -228,11 +228,20 @@ def test_the_tree_drafter_draws_its_tree_its_sibling_tests_and_its_mask(page, ar
     expect(tests.get_by_role("row").last).to_contain_text(re.compile(r"^then"))  # the token that ends the round
     mask = page.get_by_role("table", name="Tree attention mask")
     expect(mask).to_be_visible()
-    drafted = int(re.search(r"(\d+) drafted", page.locator(".js-plotly-plot .gtitle").first.text_content()).group(1))
+    drafted = int(re.search(r"(\d+) drafted", page.locator(".spec-tree .spec-note").first.text_content()).group(1))
     assert 1 <= drafted <= 8
     expect(mask.locator("tbody tr")).to_have_count(drafted + 1)   # the root and every node the figure counts
     expect(page.get_by_role("table", name="Drafted tokens")).to_have_count(0)  # the tree stands in for the chain's
-    assert visible_plots(page) == 1
+    assert visible_plots(page) == 0
+    boxes = [b.bounding_box() for b in page.locator(".spec-tree .tree-node rect").all()]
+    assert len(boxes) >= drafted + 1                              # the root, the nodes and the token that ends it
+    for i, a in enumerate(boxes):                                 # as drawn: no two node boxes meet
+        for b in boxes[i + 1:]:
+            assert (a["x"] + a["width"] <= b["x"] + 0.5 or b["x"] + b["width"] <= a["x"] + 0.5 or
+                    a["y"] + a["height"] <= b["y"] + 0.5 or b["y"] + b["height"] <= a["y"] + 0.5), (a, b)
+    for g in page.locator(".spec-tree .tree-node").all():         # every token's text inside its box
+        assert g.evaluate("g => [...g.querySelectorAll('text')].every(t => t.getBoundingClientRect().right <= "
+                          "g.querySelector('rect').getBoundingClientRect().right + 0.5)")
     page.screenshot(path=artifacts / "app-step-tree.png", full_page=True)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import fields
 
 import pytest
@@ -15,6 +16,7 @@ from specdec.trace import PHASES, REJECTED, RESAMPLED
 from specdec_ui import charts
 from specdec_ui import handlers as h
 from specdec_ui.state import APP_PROMPT_TOKENS, FORM, FIELD_LABELS, Loader, Session, Walkthrough, form_defaults
+from specdec_ui.tree_views import NAMES
 from specdec_ui.views import UNCHANGED, CompareView, Problem, RunView, SampleView, StepView, plain_html, token_html
 
 PROMPT = "w1 w2 w3 w4 w1 w2 w3"
@@ -494,28 +496,30 @@ def test_a_tree_round_is_drawn_tested_and_masked_phase_by_phase(tree_loader):
             break
     else:
         pytest.fail("no seed tested a sibling after a rejection")
-    names = lambda view: {t.name: len(t.x) for t in view.tree.data if t.name}  # noqa: E731
     assert drafted.table == drafted.tests == drafted.mask == "" and drafted.dist is None and drafted.ratio is None
-    assert names(drafted) == {"root: the last context token": 1, "drafted (not tested yet)": len(nodes) - 1}
-    assert "q = " in drafted.tree.data[-1].hovertext[0] and "p = " not in drafted.tree.data[-1].hovertext[0]
+    assert tree_kinds(drafted) == {"root": 1, "drafted": len(nodes) - 1}
+    assert "q = " in tree_tips(drafted)[-1] and "p = " not in tree_tips(drafted)[-1]
+    assert all(f"{NAMES[k]}" in drafted.tree for k in ("root", "drafted"))  # the legend names what is drawn
     assert f"{len(nodes) - 1} nodes in" in drafted.explain and "the verifier has not run yet" in drafted.cache
     verified = step(tree_loader, "verify", s, tree_form(seed=seed))
-    assert "p = " in verified.tree.data[-1].hovertext[0] and verified.tests == ""
+    assert "p = " in tree_tips(verified)[-1] and verified.tests == ""
     grid = mask_grid([n.parent for n in nodes])
     assert verified.mask.count('class="on"') == sum(map(sum, grid)) and "row i may attend column j" in \
         verified.mask.lower() and "every row also sees the whole context" in verified.mask
     assert f"+ {len(nodes)} tree rows" in verified.cache and f"= {r.target_cache[0]} after the forward" in verified.cache
     decided = step(tree_loader, "accept", s, tree_form(seed=seed))
-    shown = names(decided)
-    for status, name in (("accepted", "kept: the accepted path"), ("rejected", "rejected (tested)"),
-                         ("untested", "not tested")):
-        assert shown.get(name, 0) == sum(n.status == status for n in nodes)
-    assert shown[tiny_kind_name(r.next_kind)] == 1                             # the token that ends the round
-    placed = {j: (x, y) for t in decided.tree.data if t.customdata is not None
-              for j, x, y in zip(t.customdata, t.x, t.y)}
-    assert all(placed[j][0] == n.depth for j, n in enumerate(nodes))          # depth left to right
-    end = r.tree.kept[-1] if r.tree.kept else 0
-    assert placed[len(nodes)][0] == nodes[end].depth + 1                       # the final token after the path
+    shown = tree_kinds(decided)
+    for status in ("accepted", "rejected", "untested"):
+        assert shown.get(status, 0) == sum(n.status == status for n in nodes)
+    assert shown[r.next_kind] == 1                                             # the token that ends the round
+    boxes = tree_boxes(decided)                                                # in node order, the final token last
+    depth = [n.depth for n in nodes] + [nodes[r.tree.kept[-1] if r.tree.kept else 0].depth + 1]
+    for (xa, _, _, _), da in zip(boxes, depth):                                # depth left to right, one column each
+        for (xb, _, _, _), db in zip(boxes, depth):
+            assert (xa < xb) == (da < db) and (xa == xb) == (da == db)
+    for i, a in enumerate(boxes):                                              # no two boxes meet
+        for b in boxes[i + 1:]:
+            assert a[0] + a[2] <= b[0] or b[0] + b[2] <= a[0] or a[1] + a[3] <= b[1] or b[1] + b[3] <= a[1]
     rows = re.findall(r'<tr class="row-(\w+)"><th scope="row">([^<]*)</th>(.*?)</tr>', decided.tests, re.S)
     tested = sorted((j for j, n in enumerate(nodes) if n.status in ("accepted", "rejected")),
                     key=lambda j: (nodes[j].depth, j))
@@ -538,9 +542,20 @@ def test_siblings_stack_in_test_order_and_a_parent_sits_between_its_children():
     assert slots([-1, 0, 1, 1, 0]) == [-1.25, -0.5, 0.0, -1.0, -2.0]
 
 
-def tiny_kind_name(kind: str) -> str:
-    from specdec_ui.tree_views import NAMES
-    return NAMES[kind]
+def tree_kinds(view) -> Counter:
+    """How many nodes of each kind the tree drawing holds (its boxes' classes)."""
+    return Counter(re.findall(r'class="tree-node node-(\w+)"', view.tree))
+
+
+def tree_tips(view) -> list[str]:
+    """Each box's hover and focus text, in node order."""
+    return [html_text(t) for t in re.findall(r"<title>(.*?)</title>", view.tree, re.S)]
+
+
+def tree_boxes(view) -> list[tuple[float, float, float, float]]:
+    """Each box's x, y, width, height, in node order."""
+    return [tuple(map(float, m)) for m in
+            re.findall(r'<rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)"', view.tree)]
 
 
 def html_text(cell: str) -> str:
@@ -553,7 +568,7 @@ def test_a_greedy_tree_round_follows_the_argmax_and_a_chain_round_shows_no_tree(
     assert "VerifyGreedy" in view.explain and "the argmax" in view.tests and "no u is drawn" in view.tests
     assert view.banner.startswith("**Temperature 0: the rule has nothing to decide.** The walk steps to the child")
     chain = step(loader, "accept", Session(), form(temperature=0.0))
-    assert chain.tree is None and chain.tests == chain.mask == "" and chain.table and chain.ratio is not None
+    assert chain.tree == chain.tests == chain.mask == "" and chain.table and chain.ratio is not None
 
 
 @pytest.mark.parametrize("field,value,said", [
@@ -597,4 +612,4 @@ def test_a_tree_round_with_room_for_one_token_is_a_plain_step(tree_loader):
     s = Session()
     view = step(tree_loader, "step", s, tree_form(max_new_tokens=1))
     assert len(s.walk.shown.tree.nodes) == 1 and s.walk.shown.next_kind == "plain"
-    assert "nothing was drafted" in view.tests and "drawn from p: nothing drafted" in {t.name for t in view.tree.data}
+    assert "nothing was drafted" in view.tests and tree_kinds(view)["plain"] == 1 and NAMES["plain"] in view.tree
