@@ -183,7 +183,7 @@ def setup(argv, description: str, full_tokens: int, tiny_help: str, k_help: str 
     args = ap.parse_args(argv)
     sizes = (32, list(range(1, 9)), 7) if args.quick else (full_tokens, list(range(1, 17)), 11)
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
-    pair, prompts = tiny_pair.load(args, CODE[:2] if args.quick else CODE[:4], args.k)
+    pair, prompts = tiny_pair.load(args, CODE[:2] if args.quick else CODE[:4])
     cfg = DecodeConfig(max_new_tokens=sizes[0], k=args.k, confidence=args.confidence)
     run(pair, prompts[0][1], DecodeConfig(max_new_tokens=8), "model")  # warm-up, not measured
     return args, sizes, log, pair, prompts, environment(pair), cfg

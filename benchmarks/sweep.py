@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     ks, temperatures = (QUICK_KS, QUICK_TEMPERATURES) if args.quick else (KS, TEMPERATURES)
     n = args.max_new_tokens or (24 if args.quick else 64)
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
-    pair, prompts = tiny_pair.load(args, CODE[:2] if args.quick else CODE[:4], DecodeConfig().k)
+    pair, prompts = tiny_pair.load(args, CODE[:2] if args.quick else CODE[:4])
     env = environment(pair)
     run(pair, prompts[0][1], DecodeConfig(max_new_tokens=8), "model")  # warm-up, not measured
 

@@ -208,7 +208,7 @@ def main(argv=None) -> int:
 
     memory = peak_memory_of_default_run(16)
     log(f"peak resident memory of a default run: {memory:.2f} GiB")
-    pair = models_from_args(args).load(k=args.k)
+    pair = models_from_args(args).load()
     env = environment(pair)
     ours(pair, "def warmup():", DecodeConfig(max_new_tokens=8), "model")
     rows = []
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
     # need not be the default (chosen for 1 + K+1 rows); speculation is judged against it too
     timings = cpu_timings(args.k) if pair.device.type == "cpu" else {}
     fastest = min(timings, key=lambda n: timings[n][0]) if timings else pair.precision.label
-    solo = (load_pair(pair.target_name, None, "cpu", Precision.from_label(fastest).name, k=args.k)
+    solo = (load_pair(pair.target_name, None, "cpu", Precision.from_label(fastest).name)
             if fastest != pair.precision.label else None)
     fastest_base = f"verifier only, {fastest} (the fastest verifier-only here)"
     for prompt in code + prose:

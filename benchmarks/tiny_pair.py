@@ -60,14 +60,14 @@ def _prompt(i: int, length: int = 12) -> list[int]:
     return half + half
 
 
-def load(args, texts: list[str], k: int) -> tuple[ModelPair, list[tuple[str, list[int]]]]:
+def load(args, texts: list[str]) -> tuple[ModelPair, list[tuple[str, list[int]]]]:
     """The pair a benchmark measures and its prompts as (label, token ids): under ``--tiny`` the
     tiny pair and as many random prompts as ``texts``; otherwise the models named by the shared
     model options (``specdec.settings.add_model_arguments``) and ``texts`` through the chat template."""
     if args.tiny:
         return pair(), [(f"tiny prompt {i}", _prompt(i)) for i in range(len(texts))]
     from specdec.settings import models_from_args
-    real = models_from_args(args).load(k=k)
+    real = models_from_args(args).load()
     return real, [(text, real.encode(text)) for text in texts]
 
 

@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         prompts = {kind: [(f"tiny {kind} {i}", tiny_pair._prompt(i + 10 * j)) for i in range(len(texts))]
                    for j, (kind, texts) in enumerate(kinds.items())}
     else:
-        pair, _ = tiny_pair.load(args, [], K)
+        pair, _ = tiny_pair.load(args, [])
         prompts = {kind: [(t, pair.encode(t)) for t in texts] for kind, texts in kinds.items()}
     env = environment(pair)
     run(pair, prompts["code"][0][1], DecodeConfig(max_new_tokens=8, tree_width=2, tree_nodes=8), "tree", (2, 8))  # warm-up

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr, flush=True)  # noqa: E731
     try:
         asked = settings_from_args(args)
-        pair = asked.models.load(progress=log, k=asked.decode.k, drafter=asked.drafter)
+        pair = asked.models.load(progress=log, drafter=asked.drafter)
         print(f"precision {pair.precision.reason}", file=sys.stderr)
         if pair.draft_precision is not None:
             print(f"draft precision {pair.draft_precision.reason}", file=sys.stderr)

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from . import packed, qwen2
-from .config import ConfigError, DecodeConfig
+from .config import ConfigError
 from .devices import resolve_device
 from .embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED, GGUFWeights, metadata, transformers_model
 from .errors import ModelLoadError
@@ -203,18 +203,18 @@ _PAIRS_LOCK = threading.Lock()
 
 
 def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, device: str | None = None,
-              precision: str | None = None, progress: Progress | None = None, k: int = DecodeConfig.k,
+              precision: str | None = None, progress: Progress | None = None,
               draft_vocab: int = DRAFT_VOCAB, draft_precision: str | None = "auto") -> ModelPair:
     """Load (once per process) the verifier and the draft model and check they can be paired.
 
     ``precision`` (the verifier's) and ``draft_precision`` are ``auto`` (measured per machine and
     per model, see :mod:`specdec.precision`) or a name; ``draft_vocab`` > 0 lets a lean draft
-    score only that many ids (0: all). ``k`` goes to the verifier's choice only: on a CPU it is
-    timed at the rows it will run, 1 and K + 1, before its layers are packed in the winner."""
+    score only that many ids (0: all). Loading does not depend on the decoding settings: one pair
+    serves every K."""
     dev = resolve_device(device)
     if dev.type == "cpu":
         report(progress, 0.0, "choosing kernels for this CPU (timed once per machine, about two minutes, then cached)")
-    prec = choose(dev, precision, k)
+    prec = choose(dev, precision)
     if not (isinstance(draft_vocab, int) and draft_vocab >= 0):
         raise ConfigError(f"draft_vocab must be an integer >= 0, 0 for the full vocabulary (got {draft_vocab!r})")
     sub = (lambda lo, hi: (lambda f, m: progress(lo + (hi - lo) * f, m))) if progress else (lambda lo, hi: None)

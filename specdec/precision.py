@@ -192,11 +192,17 @@ def draft_shapes(config) -> dict:
             "head": (config.vocab_size, e)}
 
 
-def cpu_timings(k: int) -> dict[str, list[float]]:
-    """The verifier's table (:func:`specdec.calibration.calibrate`), cached per CPU model, flags,
-    torch version and K (seconds, once)."""
-    return calibration.cached(["verifier", k], cpu_description(),
-                              lambda: calibration.calibrate(cpu_variants(), k))
+# The verifier is timed at 1 row and at the K+1 rows of the default K, whatever K a run asks for:
+# loading does not depend on K, so one pair per process serves every run (the app's, the CLI's, a
+# test session's) and a run at another K decodes with the same numbers.
+CALIBRATION_K = DecodeConfig.k
+
+
+def cpu_timings() -> dict[str, list[float]]:
+    """The verifier's table (:func:`specdec.calibration.calibrate`), cached per CPU model, flags
+    and torch version (seconds, once)."""
+    return calibration.cached(["verifier", CALIBRATION_K], cpu_description(),
+                              lambda: calibration.calibrate(cpu_variants(), CALIBRATION_K))
 
 
 def draft_timings(shapes: dict) -> dict[str, list[float]]:
@@ -285,13 +291,13 @@ def _gpu(device: torch.device, requested: str, field: str) -> Precision:
     return Precision(name, f"{name}: {why}; weights, KV cache and sampling on the device")
 
 
-def choose(device: torch.device, requested: str | None = "auto", k: int = DecodeConfig.k) -> Precision:
+def choose(device: torch.device, requested: str | None = "auto") -> Precision:
     """The verifier's. ``auto``: the measured fastest on a CPU, native half precision on a GPU;
     a name: that representation, in its fastest variant here."""
     requested = _check_name(device, requested, "precision")
     if device.type != "cpu":
         return _gpu(device, requested, "precision")
-    chosen = pick(cpu_timings(k), k, cpu_description()["model"], None if requested == "auto" else [requested])
+    chosen = pick(cpu_timings(), CALIBRATION_K, cpu_description()["model"], None if requested == "auto" else [requested])
     return chosen if requested == "auto" else replace(chosen, reason=f"{chosen.label}: requested")
 
 

@@ -42,10 +42,10 @@ class ModelChoice:
         return cls(pair.target_name, pair.draft_name, str(pair.device), pair.precision.name,
                    pair.draft_precision.name if pair.draft_precision else "auto")
 
-    def load(self, progress=None, k: int = DecodeConfig.k, drafter: str = "model"):
+    def load(self, progress=None, drafter: str = "model"):
         from .loading import load_pair
         return load_pair(self.target, self.draft if drafter in MODEL_DRAFTERS else None, self.device, self.precision,
-                         progress=progress, k=k, draft_precision=self.draft_precision)
+                         progress=progress, draft_precision=self.draft_precision)
 
 
 @dataclass(frozen=True)

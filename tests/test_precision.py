@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from specdec import calibration, precision as P
-from specdec.config import ConfigError
+from specdec.config import ConfigError, DecodeConfig
 
 
 def table(timings: dict) -> dict:
@@ -129,7 +129,7 @@ def test_the_draft_is_calibrated_apart_from_the_verifier_and_cached(cache, monke
     config = SimpleNamespace(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
                              num_hidden_layers=2, vocab_size=1000)
     cpu = torch.device("cpu")
-    assert P.choose(cpu, "auto", 4).label == "int8 onednn"       # 2.2 < 2.4 at 1 + 5 rows
+    assert P.choose(cpu, "auto").label == "int8 onednn"          # 2.2 < 2.4 at 1 + K+1 rows
     assert P.choose_draft(cpu, "auto", config).label == "int8 fbgemm"  # its output layer decides
     assert P.choose_draft(cpu, "auto", config).label == "int8 fbgemm"
     assert calls == ["verifier", "draft"]                         # each measured once, then read from the cache
@@ -149,15 +149,14 @@ def test_auto_measures_once_and_caches_per_machine(cache, monkeypatch):
 
     monkeypatch.setattr(calibration, "calibrate", fake)
     cpu = torch.device("cpu")
-    assert P.choose(cpu, "auto", 4).name == "int8"
-    assert P.choose(cpu, "auto", 4).name == "int8"
-    assert calls == [4]                                  # the second choice read the cache
+    assert P.choose(cpu, "auto").name == "int8"
+    assert P.choose(cpu, "auto").name == "int8"
+    assert calls == [P.CALIBRATION_K] == [DecodeConfig.k]  # at the default K's rows; the second read the cache
     (path,) = (cache / "calibration").glob("*.json")
     saved = json.loads(path.read_text())
     assert saved["cpu"] == P.cpu_description() and saved["timings_ms"]["int8 fbgemm"] == [1.0, 2.0]
     assert saved["spread_ms"]["int8 fbgemm"] == [[1.0, 1.0], [2.0, 2.0]]   # what the choice rested on
-    P.choose(cpu, "auto", 6)
-    assert calls == [4, 6]                               # K is part of the key: K+1 rows differ
+    assert "at 1 + 7 rows" in P.choose(cpu, "auto").reason and calls == [6]  # one choice whatever K a run asks for
 
 
 def test_gpus_take_their_native_half_precision_and_say_why(monkeypatch):
