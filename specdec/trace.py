@@ -8,7 +8,10 @@ and both replay without models.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from types import NoneType, UnionType
+from typing import get_args, get_origin, get_type_hints
 
 PHASES = ("draft", "verify", "accept", "rollback", "other")
 
@@ -161,19 +164,10 @@ class RoundTrace:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> RoundTrace:
-        top = lambda xs: tuple(TokenProb(**x) for x in xs)  # noqa: E731
-        pos = tuple(DraftPosition(**{**x, "candidates": tuple(Candidate(**c) for c in x["candidates"])})
-                    for x in d["positions"])
-        nxt, tree = d["next_token"], d.get("tree")
-        if tree is not None:
-            nodes = tuple(TreeNode(**{**x, "residual_top": top(x["residual_top"])}) for x in tree["nodes"])
-            tree = TreeRound(nodes, tree["width"], tree["budget"], tuple(tree["kept"]))
-        return cls(**{**d, "positions": pos, "tree": tree, "next_token": None if nxt is None else TokenProb(**nxt),
-                      "next_top": top(d["next_top"]), "emitted": tuple(d["emitted"]),
-                      "pieces": tuple(d["pieces"]), "target_cache": tuple(d["target_cache"]),
-                      "draft_cache": None if d["draft_cache"] is None else tuple(d["draft_cache"]),
-                      "times": PhaseTimes(**d["times"])})
+    def from_dict(cls, d: dict, where: str = "round") -> RoundTrace:
+        """A round read back from JSON, every field checked for its type and range (traces are
+        files people share): ValueError naming the field and what is allowed."""
+        return _read(cls, d, where)
 
 
 @dataclass(frozen=True)
@@ -261,9 +255,71 @@ class TraceFile:
             if data.get("format") not in READS_FORMATS:
                 raise ValueError(f"format {data.get('format')!r}, this version reads formats "
                                  f"{', '.join(map(str, READS_FORMATS))}")
-            return cls(data.get("settings") or {}, tuple(RoundTrace.from_dict(d) for d in data["rounds"]),
+            return cls(data.get("settings") or {}, tuple(RoundTrace.from_dict(d, f"rounds[{i}]")
+                                                          for i, d in enumerate(data["rounds"])),
                        float(data["summary"]["prefill_s"]), str(data["text"]), data.get("stop_reason"))
         except RecursionError:  # nesting deeper than any trace: json gives up rather than overflow
             raise ValueError("not a specdec trace file (nested too deeply)") from None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a specdec trace file ({type(e).__name__}: {e})") from None
+
+
+# ---- reading a trace back: every field checked against its declared type and range ------------
+UNIT = {"prob", "p", "q", "u", "beta", "confidence", "path_q"}  # probabilities and draws: in [0, 1]
+CHOICES = {(DraftPosition, "status"): (ACCEPTED, REJECTED, UNREACHED, AFTER_STOP),
+           (TreeNode, "status"): (ROOT, ACCEPTED, REJECTED, UNTESTED),
+           (RoundTrace, "next_kind"): (RESAMPLED, BONUS, PLAIN, None),
+           (RoundTrace, "draft_stop"): DRAFT_STOPS, (RoundTrace, "drafted_by"): ("", "lookup", "model")}
+
+
+def _read(cls, d, where: str):
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} must be an object (got {type(d).__name__})")
+    hints = get_type_hints(cls)
+    unknown = set(d) - set(hints)
+    if unknown:
+        raise ValueError(f"{where} has no field {sorted(unknown)[0]!r}")
+    values = {}
+    for f in fields(cls):
+        if f.name not in d:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ValueError(f"{where}.{f.name} is missing")
+            continue
+        value = _value(d[f.name], hints[f.name], f"{where}.{f.name}", f.name)
+        allowed = CHOICES.get((cls, f.name))
+        if allowed is not None and value not in allowed:
+            raise ValueError(f"{where}.{f.name} must be one of {', '.join(map(repr, allowed))} (got {value!r})")
+        values[f.name] = value
+    return cls(**values)
+
+
+def _value(v, hint, where: str, name: str):
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is UnionType:  # X | None
+        return None if v is None and NoneType in args else _value(v, next(a for a in args if a is not NoneType),
+                                                                  where, name)
+    if origin is tuple:
+        if not isinstance(v, (list, tuple)) or (Ellipsis not in args and len(v) != len(args)):
+            raise ValueError(f"{where} must be a list{'' if Ellipsis in args else f' of {len(args)}'} (got {v!r:.40})")
+        kinds = [args[0]] * len(v) if Ellipsis in args else args
+        return tuple(_value(x, k, f"{where}[{i}]", name) for i, (x, k) in enumerate(zip(v, kinds)))
+    if is_dataclass(hint):
+        return _read(hint, v, where)
+    if hint is float:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) and v >= 0 and \
+            (v <= 1 if name in UNIT else name == "ratio" or math.isfinite(v))
+        if not ok:
+            raise ValueError(f"{where} must be a number in {'[0, 1]' if name in UNIT else '[0, inf)'} (got {v!r:.40})")
+        return float(v)
+    if hint is int:
+        low = -1 if name == "parent" else 0
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            raise ValueError(f"{where} must be an integer >= {low} (got {v!r:.40})")
+        return v
+    if hint is str:
+        if not isinstance(v, str):
+            raise ValueError(f"{where} must be text (got {v!r:.40})")
+        return v
+    if not isinstance(v, hint):
+        raise ValueError(f"{where} must be a {hint.__name__} (got {v!r:.40})")
+    return v

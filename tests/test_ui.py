@@ -405,6 +405,33 @@ def test_a_file_that_is_not_a_trace_is_refused_and_nothing_changes(tmp_path, con
     assert s.replay is None and h.replay(s, None) is None
 
 
+@pytest.mark.parametrize("path,value,said", [
+    (("positions", 0, "p"), "0.5", "rounds[0].positions[0].p must be a number in [0, 1] (got '0.5')"),
+    (("positions", 0, "q"), 1.5, "rounds[0].positions[0].q must be a number in [0, 1] (got 1.5)"),
+    (("positions", 0, "status"), "maybe", "rounds[0].positions[0].status must be one of"),
+    (("positions", 0, "candidates", 0, "token_id"), -3, "candidates[0].token_id must be an integer >= 0"),
+    (("next_token", "prob"), [1], "rounds[0].next_token.prob must be a number"),
+    (("times", "verify"), None, "rounds[0].times.verify must be a number in [0, inf)"),
+    (("target_cache",), [1, 2, 3], "rounds[0].target_cache must be a list of 2"),
+    (("emitted", 0), True, "rounds[0].emitted[0] must be an integer >= 0 (got True)"),
+    (("pieces", 0), 7, "rounds[0].pieces[0] must be text"),
+    (("next_kind",), "free", "rounds[0].next_kind must be one of"),
+    (("sneaky",), 1, "rounds[0] has no field 'sneaky'")])
+def test_a_trace_with_a_bad_field_is_answered_at_the_upload_box(loader, tmp_path, path, value, said):
+    final = list(h.run(loader, Session(), form(temperature=0.9, max_new_tokens=6)))[-1]
+    data = json.loads(open(final.download, encoding="utf-8").read())
+    where = data["rounds"][0]
+    for key in path[:-1]:
+        where = where[key]
+    where[path[-1]] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    s = Session()
+    problem = h.replay(s, str(bad))
+    assert isinstance(problem, Problem) and problem.field == "upload" and said in problem.message, problem
+    assert s.replay is None
+
+
 def test_compare_at_temperature_zero_shows_the_identical_badge_and_the_why(loader):
     final = list(h.compare(loader, Session(), form(temperature=0.0, max_new_tokens=12)))[-1]
     assert isinstance(final, CompareView)
