@@ -202,7 +202,7 @@ class Generation:
             target_probs=target_probs, verdict=v, outcome=outcome, target_cache=(target_len, len(target)),
             draft_cache=None if draft_len is None else (draft_len, len(drafter.cache)),
             draft_stop=proposal.stopped if proposal.stopped != LIMIT else "k" if asked == cfg.k else "budget",
-            times=PhaseTimes(), elapsed=0.0, token_text=self.pair.token_text)
+            times=PhaseTimes(), elapsed=0.0, token_text=self.pair.token_text, greedy=s.greedy)
         t5 = clock()
         times = PhaseTimes(draft=t1 - t0, verify=t2 - t1, accept=t3 - t2, rollback=t4 - t3, other=t5 - t4,
                            forward=proposal.forward_s + (t_fwd - t1))

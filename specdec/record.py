@@ -39,9 +39,10 @@ class Outcome:
 def round_trace(*, index: int, context_len: int, proposal: Proposal, target_probs: torch.Tensor,
                 verdict: TreeVerdict, outcome: Outcome, target_cache: tuple[int, int],
                 draft_cache: tuple[int, int] | None, draft_stop: str, times: PhaseTimes, elapsed: float,
-                token_text: Callable[[int], str]) -> RoundTrace:
+                token_text: Callable[[int], str], greedy: bool = False) -> RoundTrace:
     """A stop token among the kept drafts ends the round there: only the drafts up to it count as
-    accepted, and no next token follows."""
+    accepted, and no next token follows. ``greedy``: temperature 0, where no draw u decides anything
+    (a draft is kept iff it is the verifier's argmax), so none is recorded."""
     p, q, N, nxt = target_probs, proposal.probs, proposal.n, outcome.next_token  # (N+1, V) each
     n, tree, path = min(TOP_N, p.shape[-1]), proposal.width > 1, list(outcome.path)
     emitted_drafts = min(len(path), len(outcome.emitted))
@@ -67,6 +68,8 @@ def round_trace(*, index: int, context_len: int, proposal: Proposal, target_prob
     take = _reader(host_read(*parts))
     numbers = [take(packed.shape[-1]) for _ in shown]
     ratios, uniforms = take(N + 1), take(N + 1)
+    if greedy:
+        uniforms = [float("nan")] * len(uniforms)
     nxt_top, nxt_prob = (take(n), take(n)), take(1)[0]
 
     positions = []

@@ -86,7 +86,10 @@ def position_rows(r: RoundTrace, phase: str) -> list[list]:
         conf = DASH if pos.confidence is None else round(pos.confidence, 3)
         row = [i + 1, repr(pos.text), round(pos.q, 4), conf, round(pos.p, 4)]
         if n > 5:
-            if pos.tested:
+            if pos.tested and pos.u is None:  # temperature 0: no draw, the draft is the argmax or it is not
+                verdict = "kept: the verifier's argmax" if pos.status == ACCEPTED else "rejected: not the verifier's argmax"
+                row += [round(pos.ratio, 3), DASH, verdict]
+            elif pos.tested:
                 verdict = "kept (u ≤ p/q)" if pos.status == ACCEPTED else "rejected (u > p/q)"
                 row += [round(pos.ratio, 3), round(pos.u, 3), verdict]
             else:
@@ -153,7 +156,10 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
         if k == 0:
             return (f"**Accept/reject.** Nothing to test: {r.next_token.text!r} was drawn from p, as plain "
                     "decoding would.")
-        head = ("**Accept/reject.** Token i is kept when its draw u_i ≤ p(x)/q(x), that is with probability "
+        head = ("**Accept/reject.** At temperature 0 p and q are one-hot: a draft is kept exactly when it is the "
+                "verifier's argmax (p/q = 1), and no draw u is made; the first rejection ends the round and the "
+                "drafts after it are never tested. " if greedy else
+                "**Accept/reject.** Token i is kept when its draw u_i ≤ p(x)/q(x), that is with probability "
                 "min(1, p/q); the first rejection ends the round and the drafts after it are never tested. ")
         if r.next_kind is None:
             stop = r.positions[r.n_accepted - 1]
@@ -164,13 +170,14 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                     f"{r.next_token.text!r} is drawn from p at no extra cost.")
         else:
             x = r.positions[r.rejected_at]
-            tail = (f"Position {r.rejected_at + 1} ({x.text!r}) failed: u = {x.u:.3f} > p/q = {x.ratio:.3f}. "
+            tail = (f"Position {r.rejected_at + 1} ({x.text!r}) is not the verifier's argmax, so it is rejected and "
+                    f"replaced by the verifier's argmax {r.next_token.text!r}." if greedy else
+                    f"Position {r.rejected_at + 1} ({x.text!r}) failed: u = {x.u:.3f} > p/q = {x.ratio:.3f}. "
                     f"The replacement {r.next_token.text!r} is drawn from the residual norm(max(0, p - q)). Where "
                     "the draft over-proposes a token (q > p) it is kept only with probability p/q, and the residual "
                     "puts back exactly the mass that was removed, so every emitted token is distributed as p.")
         if greedy:
-            tail += (" At temperature 0 p and q are one-hot: a draft is kept exactly when it is the verifier's argmax, "
-                     "so the output equals greedy decoding of the verifier.")
+            tail += " So the output equals greedy decoding of the verifier."
         return head + tail
     cut = r.target_cache[0] - r.target_cache[1]
     how = (f"The verifier's KV cache was cut back by {plural(cut, 'entry', 'entries')}, dropping what it computed for "

@@ -67,13 +67,19 @@ def ratio_figure(rounds: list[RoundTrace]) -> go.Figure:
             xs, ys, hover = by_status[pos.status]
             xs.append(n)
             ys.append(min(1.0, pos.ratio))
-            hover.append(f"{where}<br>p = {pos.p:.4f}, q = {pos.q:.4f}, p/q = {pos.ratio:.3f}, u = {pos.u:.3f}: "
-                         f"{'kept' if pos.status == ACCEPTED else 'rejected'}")
+            if pos.u is None:  # temperature 0: no draw; the draft is the verifier's argmax or it is not
+                hover.append(f"{where}<br>p = {pos.p:.4f}, q = {pos.q:.4f}, p/q = {pos.ratio:.3f}: "
+                             f"{'kept: the verifier' if pos.status == ACCEPTED else 'rejected: not the verifier'}'s argmax")
+            else:
+                hover.append(f"{where}<br>p = {pos.p:.4f}, q = {pos.q:.4f}, p/q = {pos.ratio:.3f}, u = {pos.u:.3f}: "
+                             f"{'kept' if pos.status == ACCEPTED else 'rejected'}")
+                u_x.append(n)
+                u_y.append(pos.u)
             if pos.ratio == 0:
                 zero_x.append(n)
-            u_x.append(n)
-            u_y.append(pos.u)
-    names = {ACCEPTED: "kept (u ≤ p/q)", REJECTED: "rejected (u > p/q)"}
+    drawn = bool(u_x) or not any(xs for xs, _, _ in by_status.values())
+    names = ({ACCEPTED: "kept (u ≤ p/q)", REJECTED: "rejected (u > p/q)"} if drawn else
+             {ACCEPTED: "kept: the verifier's argmax", REJECTED: "rejected: not the verifier's argmax"})
     fig = go.Figure([go.Bar(x=xs, y=ys, name=names[s], marker_color=BAR[s], hovertext=hover, hoverinfo="text")
                      for s, (xs, ys, hover) in by_status.items() if xs])
     if zero_x:  # a bar of height 0 is invisible: mark p/q = 0 explicitly
@@ -84,16 +90,19 @@ def ratio_figure(rounds: list[RoundTrace]) -> go.Figure:
         fig.add_trace(go.Scatter(x=untested_x, y=[0.04] * len(untested_x), mode="markers", name="not tested",
                                  marker=dict(symbol="line-ew-open", size=16, color=BAR[UNREACHED], line_width=3),
                                  hovertext=untested_hover, hoverinfo="text"))
-    fig.add_trace(go.Scatter(x=u_x, y=u_y, name="draw u", mode="markers", hoverinfo="skip",
-                             marker=dict(color="#111827", size=8, symbol="diamond")))
+    if u_x:
+        fig.add_trace(go.Scatter(x=u_x, y=u_y, name="draw u", mode="markers", hoverinfo="skip",
+                                 marker=dict(color="#111827", size=8, symbol="diamond")))
     fig.add_hline(y=1.0, line_dash="dash", line_color="#15803d", annotation_text="p ≥ q: always kept",
                   annotation_position="top left")
     xaxis = (dict(tickmode="array", tickvals=list(range(1, n + 1)), ticktext=labels) if single else
              dict(title="drafted token, in order (hover for round and position)", tickmode="auto", nticks=12))
     if single:
         xaxis["title"] = "drafted token"
-    return _layout(fig, "The test per drafted token", subtitle="kept iff the draw u ≤ p/q", barmode="overlay",
-                   yaxis=dict(range=[0, 1.12], title="min(1, p/q) and u"), xaxis=xaxis)
+    return _layout(fig, "The test per drafted token",
+                   subtitle="kept iff the draw u ≤ p/q" if drawn else "temperature 0: kept iff p/q = 1 (no draw)",
+                   barmode="overlay", yaxis=dict(range=[0, 1.12], title="min(1, p/q) and u" if drawn else "min(1, p/q)"),
+                   xaxis=xaxis)
 
 
 def decisive_position(r: RoundTrace) -> int | None:
@@ -263,18 +272,20 @@ def live_html(rounds: list[RoundTrace], last: int = 60) -> str:
             at = end
         bars.append(f'<a style="height:{LIVE_HEIGHT * r.times.total / top:.0f}px;background:linear-gradient('
                     f'to top,{",".join(stops)})"></a>')
-    tests = []  # the bar min(1, p/q) with the draw u as a dark band in the same element
+    tests, drawn = [], False  # the bar min(1, p/q) with the draw u as a dark band in the same element
     for r in shown:
         for pos in r.positions:
-            if pos.tested:
+            if pos.tested and pos.u is None:  # temperature 0: no draw, the bar alone
                 h = LIVE_HEIGHT * min(1.0, pos.ratio)
-                u = LIVE_HEIGHT * pos.u
+                tests.append(f'<a class="v-{pos.status} no-u" style="height:{max(h, 2):.0f}px;--bar:{h:.0f}px"></a>')
+            elif pos.tested:
+                h, u, drawn = LIVE_HEIGHT * min(1.0, pos.ratio), LIVE_HEIGHT * pos.u, True
                 tests.append(f'<a class="v-{pos.status}" style="height:{max(h, u + 2):.0f}px;--u:{u:.0f}px;'
                              f'--bar:{h:.0f}px"></a>')
     tests = tests[-2 * last:]
     phases = " ".join(f'<span class="live-key ph-{ph}"></span>{PHASE_NAMES[ph]}' for ph in PHASES)
-    verdicts = ('<span class="live-key v-accepted"></span>kept <span class="live-key v-rejected"></span>rejected '
-                '<span class="live-key live-u"></span>draw u')
+    verdicts = ('<span class="live-key v-accepted"></span>kept <span class="live-key v-rejected"></span>rejected' +
+                (' <span class="live-key live-u"></span>draw u' if drawn else ' (temperature 0: no draw u)'))
     test_chart = "" if not tests else (
         f'<figure class="live-chart"><figcaption>The test per drafted token, min(1, p/q), live (latest {len(tests)})'
         f'</figcaption><div class="live-plot live-tests">{"".join(tests)}</div>'

@@ -120,6 +120,8 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 .live-tests a {{ flex: 0 0 4px; background-repeat: no-repeat; background-color: transparent !important;
   background-image: linear-gradient(#111827, #111827), linear-gradient(var(--c), var(--c));
   background-size: 100% 2px, 100% var(--bar); background-position: 0 calc(100% - var(--u)), 0 100%; }}
+.live-tests a.no-u {{ background-image: linear-gradient(var(--c), var(--c)); background-size: 100% var(--bar);
+  background-position: 0 100%; }}
 .live-tests a.v-accepted {{ --c: {charts.BAR["accepted"]}; }}
 .live-tests a.v-rejected {{ --c: {charts.BAR["rejected"]}; }}
 .live-legend {{ font-size: 12px; color: #374151; margin-top: 2px; }}

@@ -164,7 +164,9 @@ def table_html(r: RoundTrace, phase: str) -> str:
     if COLUMNS[phase] >= 5:
         notes.append("p(x): the verifier's, from its one forward, each assuming the drafts before it are kept")
     if COLUMNS[phase] > 5:
-        notes.append("u: the uniform draw; a draft is kept iff u ≤ p/q")
+        greedy = any(pos.tested for pos in r.positions) and all(pos.u is None for pos in r.positions if pos.tested)
+        notes.append("u: none at temperature 0, where a draft is kept iff it is the verifier's argmax (p/q = 1)"
+                     if greedy else "u: the uniform draw; a draft is kept iff u ≤ p/q")
         if any(not pos.tested for pos in r.positions):
             notes.append("—: never tested, so no verdict numbers: its p assumed the drafts before it were kept, and "
                          "one of them was not (or it came after a stop token)")
@@ -174,8 +176,8 @@ def table_html(r: RoundTrace, phase: str) -> str:
 
 
 GREEDY_BANNER = ("**Temperature 0: the rule has nothing to decide.** p and q are one-hot, so p/q is 1 (same argmax: "
-                 "kept) or 0 (rejected) and the draw u does not matter. Set a temperature such as 0.8 to see u, p/q "
-                 "and the residual at work.")
+                 "kept) or 0 (rejected), no draw u is made, and a rejected draft is replaced by the verifier's argmax. "
+                 "Set a temperature such as 0.8 to see u, p/q and the residual at work.")
 GREEDY_TREE_BANNER = ("**Temperature 0: the rule has nothing to decide.** The walk steps to the child that is the "
                       "verifier's argmax; q only ranked the drafted paths and no u is drawn. Set a temperature such as "
                       "0.8 to see the siblings tested in turn against the residual.")

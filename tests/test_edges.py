@@ -85,8 +85,10 @@ def test_every_round_has_the_structure_of_the_rule(temperature, top_k, drafter, 
         assert (r.next_kind == RESAMPLED) == (r.rejected_at == n)
         if r.rejected_at is not None:
             assert r.positions[n].status == REJECTED and all(p.status == UNREACHED for p in r.positions[n + 1:])
-            assert r.positions[n].u > r.positions[n].ratio                # rejected means u > p/q
-        assert all(p.u <= p.ratio for p in r.positions[:n])              # kept means u <= p/q
+            x = r.positions[n]                                            # rejected means u > p/q; at T = 0,
+            assert x.u > x.ratio if temperature else x.u is None and x.ratio < 1  # no draw and not the argmax
+        assert all(p.u <= p.ratio if temperature else p.u is None and p.ratio == 1
+                   for p in r.positions[:n])                              # kept means u <= p/q (T = 0: p/q = 1)
         if top_k and top_k <= TOP_N:  # the whole next distribution is in the trace: it must sum to 1
             assert sum(t.prob for t in r.next_top) == pytest.approx(1, abs=1e-5)
         if r.next_kind == RESAMPLED and top_k and top_k <= TOP_N:

@@ -598,6 +598,32 @@ def test_a_greedy_tree_round_follows_the_argmax_and_a_chain_round_shows_no_tree(
     assert chain.tree == chain.tests == chain.mask == "" and chain.table and chain.ratio is not None
 
 
+def test_at_temperature_zero_no_view_shows_a_u_and_verdicts_speak_of_the_argmax(loader, tree_loader):
+    for seed in range(20):  # a round where a draft was not the verifier's argmax
+        s = Session()
+        view = step(loader, "accept", s, form(temperature=0.0, seed=seed, k=4, prompt="w5 w9 w2 w7"))
+        r = s.walk.shown
+        if r.rejected_at is not None:
+            break
+    else:
+        pytest.fail("no seed rejected a draft at temperature 0")
+    assert all(p.u is None for p in r.positions)                              # no draw is recorded
+    table = html_text(view.table)
+    assert "rejected: not the verifier's argmax" in table and "u ≤" not in table and "u >" not in table
+    assert "no draw u is made" in view.explain and "u = " not in view.explain
+    assert f"replaced by the verifier's argmax {r.next_token.text!r}" in view.explain
+    assert "no draw u is made" in view.banner
+    names = [t.name for t in view.ratio.data]
+    hovers = [h for t in view.ratio.data for h in (t.hovertext or [])]
+    assert "draw u" not in names and not any("u = " in h for h in hovers)
+    assert "rejected: not the verifier's argmax" in names and view.ratio.layout.yaxis.title.text == "min(1, p/q)"
+    tree = step(tree_loader, "accept", Session(), tree_form(temperature=0.0))
+    assert not any("u = " in tip for tip in tree_tips(tree))
+    # above temperature 0 the draws are shown
+    hot = step(loader, "accept", Session(), form(temperature=0.8, k=4))
+    assert "draw u" in [t.name for t in hot.ratio.data] and "u_i ≤ p(x)/q(x)" in hot.explain
+
+
 @pytest.mark.parametrize("field,value,said", [
     ("tree_width", 9, "Tree width W (0 = this machine's choice) must be an integer in [1, 8], or 0"),
     ("tree_width", 2.5, "Tree width W (0 = this machine's choice) must be a whole number (got 2.5)"),
