@@ -234,10 +234,12 @@ def runtime_compare_block(d: dict) -> str:
 
 def app_overhead_block(d: dict) -> str:
     s = d["settings"]
+    tok_s = ("decode tok/s, each run's own trace: tokens / the rounds' compute, the prefill excluded (the page's "
+             "\"tok/s decoding\")" if d.get("tok_s") == "decode" else
+             "tok/s is each run's own trace (tokens / (prefill + rounds))")
     out = ["#### The app against the CLI", "",
            f"{_machine(d)}. Prompt {d['prompt']!r}, K = {s['k']}, confidence {s['confidence']}, T = "
-           f"{s['temperature']}; {d['repeats']} CLI/app pairs per budget, interleaved; medians. tok/s is each run's "
-           "own trace (tokens / (prefill + rounds)); round growth is the median of the app's last quarter of rounds "
+           f"{s['temperature']}; {d['repeats']} CLI/app pairs per budget, interleaved; medians. {tok_s}; round growth is the median of the app's last quarter of rounds "
            "over its first, each divided by the same round of the CLI (1 = flat); the browser's CPU is the share of "
            "both cores Chromium used from the click to \"Finished\".", "",
            "| max new tokens | CLI tok/s | app tok/s | app / CLI | app round growth | browser CPU |",
@@ -246,6 +248,10 @@ def app_overhead_block(d: dict) -> str:
         share = v.get("browser_cpu_share")
         out.append(f"| {n} | {v['cli_tok_s']:.2f} | {v['app_tok_s']:.2f} | {v['app_vs_cli']:.2f}x "
                    f"| {v['app_round_growth']:.2f} | {'–' if share is None else f'{share:.0%}'} |")
+    if "fresh_app_first_run" in d:
+        f = d["fresh_app_first_run"]
+        out += ["", f"A freshly started app's first run ({f['budget']} tokens): **{f['app_vs_cli']:.2f}x** the CLI; "
+                f"the slowest app run of all: {d['worst_app_vs_cli']:.2f}x."]
     return "\n".join(out)
 
 

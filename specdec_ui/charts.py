@@ -24,13 +24,19 @@ PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f97316", "accept": "#a855f7", "r
 
 
 def _layout(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", **kw) -> go.Figure:
-    """Title (and a subtitle line) on top, legend below the plot: nothing overlaps on a narrow screen."""
+    """Title (and subtitle lines) at the top of the figure, the legend at its bottom, both placed in
+    the figure's own box and pushing the plot's margins (plotly's automargin), so that neither
+    meets the axis titles or tick labels at any width: a narrow screen gets a shorter plot, never
+    overlapping labels. Each legend entry beyond two adds a row's height: on a narrow screen
+    the entries stack, one per row."""
     text = title + "".join(f"<br><sup>{line}</sup>" for line in subtitle.split("<br>") if line)
-    top = 45 + 18 * (subtitle.count("<br>") + 1 if subtitle else 0)
-    fig.update_layout(title=dict(text=text, font=dict(size=14), y=0.97, x=0.01, yanchor="top"), height=height,
-                      template="plotly_white", margin=dict(l=60, r=20, t=top, b=40), **kw)
-    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.22, yanchor="top", font=dict(size=11)))
-    fig.update_layout(margin_b=110)
+    entries = sum(1 for t in fig.data if t.name and t.showlegend is not False)
+    fig.update_layout(title=dict(text=text, font=dict(size=14), x=0.01, xref="container", y=1, yref="paper",
+                                 yanchor="bottom", pad=dict(b=10), automargin=True),
+                      height=height + 20 * max(0, entries - 2), template="plotly_white",
+                      margin=dict(l=60, r=20, t=30, b=10), **kw)
+    fig.update_layout(legend=dict(orientation="h", x=0.01, xref="container", y=0, yref="container",
+                                  yanchor="bottom", font=dict(size=11)))
     return fig
 
 
@@ -96,7 +102,7 @@ def ratio_figure(rounds: list[RoundTrace]) -> go.Figure:
     fig.add_hline(y=1.0, line_dash="dash", line_color="#15803d", annotation_text="p ≥ q: always kept",
                   annotation_position="top left")
     xaxis = (dict(tickmode="array", tickvals=list(range(1, n + 1)), ticktext=labels) if single else
-             dict(title="drafted token, in order (hover for round and position)", tickmode="auto", nticks=12))
+             dict(title="drafted token, in order (hover: round, position)", tickmode="auto", nticks=12))
     if single:
         xaxis["title"] = "drafted token"
     return _layout(fig, "The test per drafted token",
@@ -138,8 +144,9 @@ def distribution_figure(r: RoundTrace) -> go.Figure:
     fig = go.Figure([
         go.Bar(x=xs, y=[c.p for c in cands], name="p (verifier)", marker_color=P_COLOR),
         go.Bar(x=xs, y=[c.q for c in cands], name="q (draft)", marker_color=Q_COLOR),
-        go.Scatter(x=xs, y=residual, name="residual norm(max(0, p − q))", mode="markers+lines",
-                   line=dict(color=RESIDUAL_COLOR, dash="dot", width=2), marker=dict(size=10, symbol="star")),
+        # one marker per token, no line: the tokens are categories, not points on a curve
+        go.Scatter(x=xs, y=residual, name="residual norm(max(0, p − q))", mode="markers",
+                   marker=dict(size=12, symbol="star", color=RESIDUAL_COLOR, line=dict(color="#ffffff", width=1))),
     ])
     _highlight(fig, [c.token_id for c in cands].index(pos.token_id), f"drafted x, p/q = {pos.ratio:.2f}")
     title = f"Position {i + 1}: {_label(pos.text)} rejected"
@@ -147,7 +154,6 @@ def distribution_figure(r: RoundTrace) -> go.Figure:
                 f"β = Σ min(p, q) = {pos.beta:.2f}: the chance a draft from q is kept here")
     fig = _layout(fig, title, subtitle=subtitle, barmode="group", yaxis=dict(range=[0, 1.12], title="probability"),
                   height=400)
-    fig.update_layout(legend_y=-0.3)  # below the slanted token labels
     return fig
 
 
@@ -175,7 +181,8 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
                              line_color="#111827"), secondary_y=True)
     drafts = "drafted nodes" if any(r.tree is not None for r in rounds) else "drafted tokens"
     fig.update_yaxes(title_text=drafts, range=[0, max(s.k, 1) + 0.5], secondary_y=False)
-    fig.update_yaxes(title_text="a", range=[0, 1.05], secondary_y=True)
+    fig.update_yaxes(title_text="a", range=[0, 1.05], tickmode="array", tickvals=[0, 0.25, 0.5, 0.75, 1],
+                     showgrid=False, secondary_y=True)
     return _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested",
                    barmode="stack", xaxis_title="round")
 

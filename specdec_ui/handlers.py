@@ -25,7 +25,7 @@ from specdec.render import plural
 
 from . import charts
 from .charts import CHAIN, SPECULATIVE, TREE, VERIFIER_ONLY
-from .state import (FIELD_LABELS, TREE_FIELDS, Loader, Replay, Session, Worker, changes, form_defaults, form_values,
+from .state import (FIELD_LABELS, TREE_FIELDS, CpuShare, Loader, Replay, Session, Worker, changes, form_defaults, form_values,
                     parse_form)
 from .views import (CompareView, Problem, Replayed, RunView, SampleView, StepView, compare_view, field_message,
                     run_view, step_view)
@@ -181,6 +181,7 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
     session.stop, session.running = False, [gen]
     yield _live(gen, "Waiting for another session's round..." if _busy(loader) else
                 "Reading the prompt (the prefill)...")
+    cpu = CpuShare()
     worker = Worker(gen.run)
 
     def view(waiting: bool) -> RunView:
@@ -196,12 +197,13 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
              f"Stopped after {plural(len(gen.rounds), 'round', 'rounds')}.")
     ran = replace(settings, decode=gen.cfg)  # the tree shape that ran, not 0 for "this machine's choice"
     trace = TraceFile(ran.to_dict(), tuple(gen.rounds), gen.prefill_s, gen.text, gen.stop_reason)
-    yield _live(gen, ended, _write_trace(trace.to_json()))
+    yield _live(gen, ended, _write_trace(trace.to_json()), others=cpu.others())
 
 
-def _live(gen: Generation, status: str, download: str | None = None, rounds=None, final: bool = True) -> RunView:
+def _live(gen: Generation, status: str, download: str | None = None, rounds=None, final: bool = True,
+          others: float | None = None) -> RunView:
     return run_view(list(gen.rounds) if rounds is None else rounds, gen.prefill_s, status, download, gen.waited_s,
-                    final)
+                    final, others)
 
 
 def replay(session: Session, path: str | None) -> Replayed | Problem | None:

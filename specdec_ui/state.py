@@ -136,6 +136,33 @@ class Worker:
         return self._done.wait(timeout)
 
 
+class CpuShare:
+    """What other processes took of this machine's cores while a run went: the learner's browser
+    drawing the page among them (on a 2-core machine it competes with the engine's two threads).
+    The machine's busy time over the interval less this process's own, as a share of all cores;
+    None where the counters cannot be read."""
+
+    def __init__(self):
+        self._start = self._read()
+
+    @staticmethod
+    def _read():
+        try:
+            import psutil
+            machine, mine = psutil.cpu_times(), psutil.Process().cpu_times()
+            busy = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+            return time.perf_counter(), busy, mine.user + mine.system, psutil.cpu_count() or 1
+        except Exception:  # noqa: BLE001 - a platform without the counters: say nothing rather than guess
+            return None
+
+    def others(self) -> float | None:
+        end = self._read()
+        if self._start is None or end is None or end[0] - self._start[0] < 0.5:
+            return None
+        (t0, busy0, mine0, cores), (t1, busy1, mine1, _) = self._start, end
+        return min(1.0, max(0.0, (busy1 - busy0) - (mine1 - mine0)) / ((t1 - t0) * cores))
+
+
 class Replay:
     """A downloaded trace as a source of rounds for the step-through, like a Generation."""
 

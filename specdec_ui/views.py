@@ -220,10 +220,11 @@ def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
 
 
 def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: str | None = None,
-             waited_s: float = 0.0, final: bool = True) -> RunView:
+             waited_s: float = 0.0, final: bool = True, others: float | None = None) -> RunView:
     """The run so far. While it goes (``final`` False) the page gets the status, the coloured text
     and the two live charts in HTML, and keeps the rest it shows; at the end, everything, with the
-    interactive charts."""
+    interactive charts. ``others``: the share of the machine's cores other processes used while
+    the run went (:class:`~.state.CpuShare`), said with the speed it costs."""
     segs = segments(rounds)
     some, drafted = bool(rounds), any(r.positions for r in rounds)
 
@@ -231,7 +232,7 @@ def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: 
         return (make() if needed else None) if final else UNCHANGED
     return RunView(status=status, text=token_html(segs, detail=final), live="" if final else charts.live_html(rounds),
                    plain=last(lambda: plain_html(output_text(segs)), True),
-                   stats=last(lambda: summary_markdown(summarize(rounds, prefill_s), rounds, waited_s), some) or "",
+                   stats=last(lambda: summary_markdown(summarize(rounds, prefill_s), rounds, waited_s, others), some) or "",
                    ratio=last(lambda: charts.ratio_figure(rounds), drafted),
                    timing=last(lambda: charts.timing_figure(rounds), some),
                    acceptance=last(lambda: charts.acceptance_figure(rounds), drafted),
@@ -247,7 +248,8 @@ def round_spread(rounds: list[RoundTrace]) -> str:
     return f"; rounds took {q[0]:.0f}–{q[2]:.0f} ms (the middle half), median {q[1]:.0f} ms"
 
 
-def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 0.0) -> str:
+def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 0.0,
+                     others: float | None = None) -> str:
     """Every number with its definition, where it is shown."""
     decode = s.wall_s - s.prefill_s
     waited = f"; {waited_s:.1f} s waiting for other sessions' rounds excluded" if waited_s >= 0.05 else ""
@@ -281,7 +283,18 @@ def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 
                   "(kept drafts, plus the resampled or bonus token)",
                   f"**{s.drafted / s.rounds:.2f} drafted per round** on average (adaptive drafting stops early; "
                   "the theory curve uses these lengths)"]
+    if others is not None:
+        lines.append(f"**other processes used {others:.0%} of this machine's {_cores()} cores** while it ran: this "
+                     "page in your browser among them (drawing the text as it grows), and anything else running. The "
+                     "engine's threads share the cores with them, so its rounds run slower than "
+                     "`python -m specdec generate` in a terminal, which has the cores to itself "
+                     "(`benchmarks/app_overhead.py` measures the difference)")
     return "\n".join(f"* {line}" for line in lines) + f"\n\n*{VARIES}*"
+
+
+def _cores() -> int:
+    import os
+    return os.cpu_count() or 1
 
 
 def field_message(problem: Problem, labels: dict[str, str], value=None) -> str:

@@ -37,6 +37,22 @@ CONTRAST = """e => {
     if (v.length < 4 || v[3] > 0.9) { bg = c; break; } }
   const a = lum(getComputedStyle(e).color), b = lum(bg);
   return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }"""
+# The boxes of a plotly chart's labels: title, legend entries, tick labels, axis titles, notes.
+CHART_LABELS = """plot => {
+  const R = e => { const b = e.getBoundingClientRect(); return {x: b.left, y: b.top, w: b.width, h: b.height}; };
+  const shown = sel => [...plot.querySelectorAll(sel)].filter(e => { const b = e.getBoundingClientRect();
+    return b.width > 0 && b.height > 0 && e.textContent.trim() !== ''; });
+  const groups = {title: '.gtitle', legend: '.legend .traces', xticks: '.xtick text', yticks: '.ytick text, .y2tick text',
+    xtitle: '.g-xtitle text', ytitle: '.g-ytitle text, .g-y2title text', notes: '.annotation-text-g text'};
+  const out = {box: R(plot), groups: {}};
+  for (const [k, sel] of Object.entries(groups))
+    out.groups[k] = shown(sel).map(e => ({...R(e), text: e.textContent,
+      rotated: /rotate\\((?!0[,)])/.test(e.getAttribute('transform') || '')}));
+  return out; }"""
+# Label groups that must not meet each other (a group against itself: its members apart).
+APART = [("title", "legend"), ("title", "notes"), ("title", "yticks"), ("title", "ytitle"), ("legend", "xticks"),
+         ("legend", "xtitle"), ("legend", "notes"), ("legend", "legend"), ("xtitle", "xticks"), ("xtitle", "notes"),
+         ("ytitle", "yticks"), ("xticks", "xticks")]
 # What a token shows on focus: the CSS box drawn from its aria-label.
 FOCUS_BOX = "e => getComputedStyle(e, '::after').content"
 
@@ -116,6 +132,34 @@ def assert_controls_in_view(pg, viewport):
     assert box["y"] >= 0 and box["y"] + box["height"] <= viewport["height"], box
 
 
+def _meet(a: dict, b: dict, slack: float = 1.0) -> bool:
+    return (a["x"] + slack < b["x"] + b["w"] and b["x"] + slack < a["x"] + a["w"] and
+            a["y"] + slack < b["y"] + b["h"] and b["y"] + slack < a["y"] + a["h"])
+
+
+def assert_chart_labels_fit(pg, at_least: int = 1) -> None:
+    """Every visible chart's labels lie inside its box and no two meet: the title, the legend, the
+    tick labels, the axis titles and the notes (tick labels slanted by plotly are apart by design)."""
+    plots = [p for p in pg.locator(".js-plotly-plot").all() if p.is_visible()]
+    assert len(plots) >= at_least
+    for plot in plots:
+        plot.scroll_into_view_if_needed()
+        info = plot.evaluate(CHART_LABELS)
+        box, g, bad = info["box"], info["groups"], []
+        for name, labels in g.items():
+            bad += [f"{name} {e['text']!r} outside the chart" for e in labels
+                    if e["x"] < box["x"] - 1 or e["y"] < box["y"] - 1 or e["x"] + e["w"] > box["x"] + box["w"] + 1
+                    or e["y"] + e["h"] > box["y"] + box["h"] + 1]
+        for a, b in APART:
+            for i, e in enumerate(g[a]):
+                for j, f in enumerate(g[b]):
+                    if a == b and (j <= i or (a == "xticks" and (e["rotated"] or f["rotated"]))):
+                        continue
+                    if _meet(e, f):
+                        bad.append(f"{a} {e['text'][:40]!r} meets {b} {f['text'][:40]!r}")
+        assert not bad, (g["title"][:1], bad)
+
+
 def test_a_fresh_page_is_truthful_and_results_sit_by_the_controls(page, artifacts):
     assert visible_plots(page) == 0                               # no empty plot boxes before there is data
     expect(page.get_by_text("Temperature 0: the rule has nothing to decide.")).to_have_count(0)
@@ -179,6 +223,7 @@ def test_stepping_phase_by_phase_at_temperature_above_zero(page, artifacts):
     expect(table.get_by_text(re.compile(r"^(kept|rejected) \(u")).first).to_be_visible()
     expect(page.get_by_text("The test per drafted token")).to_be_visible()
     expect(page.get_by_text("No tokens yet.").first).to_be_visible()  # decided, but nothing committed yet
+    assert_chart_labels_fit(page, at_least=2)                     # p/q/residual and the test per token
     page.screenshot(path=artifacts / "app-step-accept.png", full_page=True)
     page.get_by_role("button", name="Commit and roll back", exact=True).click()
     expect(page.get_by_text("Commit and roll back.", exact=True)).to_be_visible()
@@ -203,6 +248,7 @@ def test_stepping_phase_by_phase_at_temperature_above_zero(page, artifacts):
     # the deciding position is a rejection, where q over-proposed what the draft took: the bug lands
     # clearly farther from p than the rule, beyond the sampling noise of 10,000 draws
     assert bug > max(3 * tv, 0.04), (bug, tv)
+    assert_chart_labels_fit(page, at_least=3)                     # and the histograms
     page.screenshot(path=artifacts / "app-step-sample.png", full_page=True)
     page.get_by_label("K (drafted tokens per round)").fill("3")   # a change mid-run is announced, not silent
     page.get_by_role("button", name="Step round").click()
@@ -282,6 +328,7 @@ def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(pag
     expect(page.get_by_text(re.compile(r"verifier passes = one per round \+ one over the prompt"))).to_be_visible()
     expect(page.get_by_text(re.compile("can vary by tens of percent"))).to_be_visible()
     expect(page.get_by_text("Time per round by phase", exact=True)).to_be_visible()
+    assert_chart_labels_fit(page, at_least=4)
     page.screenshot(path=artifacts / "app-run.png", full_page=True)
     with page.expect_download() as download:
         page.get_by_role("button", name="Download trace (JSON)").click()
@@ -363,6 +410,7 @@ def test_side_by_side_at_temperature_zero_is_identical_and_says_why(page, artifa
     expect(page.get_by_text("Predicted speed-up over K", exact=True)).to_be_visible()
     base, spec = page.locator("#verifier-only-text pre").inner_text(), page.locator("#speculative-text pre").inner_text()
     assert base == spec != ""
+    assert_chart_labels_fit(page, at_least=2)                     # the race and the predicted speed-up
     page.screenshot(path=artifacts / "app-compare.png", full_page=True)
 
 
@@ -389,6 +437,7 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
         pg.screenshot(path=artifacts / "app-step-400px.png", full_page=True)
         assert_controls_in_view(pg, PHONE)
         pg.screenshot(path=artifacts / "app-step-scrolled-400px.png")
+        assert_chart_labels_fit(pg, at_least=2)
         pg.get_by_role("tab", name="Run").click()
         for name in ("Run", "Stop run"):  # white on the primary and stop buttons: WCAG AA
             assert pg.get_by_role("button", name=name, exact=True).evaluate(CONTRAST) >= 4.5, name
@@ -399,9 +448,7 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
         boxes = [p.bounding_box() for p in plots]
         assert len(boxes) == 4 and len({round(b["x"]) for b in boxes}) == 1  # one plot per row
         assert all(b["x"] + b["width"] <= PHONE["width"] + 1 for b in boxes)
-        for plot, box in zip(plots, boxes):                      # titles fit their plot
-            title = plot.locator(".gtitle").first.bounding_box()
-            assert title["x"] >= box["x"] - 1 and title["x"] + title["width"] <= box["x"] + box["width"] + 1
+        assert_chart_labels_fit(pg, at_least=4)                  # every label inside its chart, none meeting
         assert pg.evaluate(wide) <= PHONE["width"]
         pg.screenshot(path=artifacts / "app-run-400px.png", full_page=True)
     finally:

@@ -241,10 +241,12 @@ def test_app_overhead_compares_the_same_rounds_and_renders_its_table():
         return {"rounds": rounds, "summary": {"new_tokens": len(ms), "tokens_per_s": len(ms) / (sum(ms) / 1e3)}}
     cli = trace([100.0] * 9)
     app = trace([100.0] + [110.0] * 4 + [220.0] * 4)  # the app's rounds double over the run
-    r = app_overhead.compare(cli, app, {"shown": "8.00 tok/s overall = 9 tokens", "click_to_finished_s": 2.0,
-                                        "browser_cpu_s": 1.0})
+    r = app_overhead.compare(cli, app, {"shown": "8.00 tok/s decoding = 9 tokens", "click_to_finished_s": 2.0,
+                                        "browser_cpu_s": 1.0, "others": "other processes used 12% of this machine's"})
     assert r["same_rounds"] and r["app_round_growth"] == pytest.approx(2.0) and r["cli_round_growth"] == 1.0
+    # decode speed over every round on both sides: 9 tokens in 0.9 s against 9 in 1.42 s
     assert r["app_vs_cli"] == pytest.approx(0.9 / 1.42) and r["browser_cpu_share"] == 0.25
+    assert r["app_tok_s_shown"] == 8.0 and r["others_share_shown"] == 0.12
     d = {"hardware": {"cpu": "Test CPU", "cpu_flags": ["avx2"], "torch_threads": 2}, "device": "cpu",
          "precision": "int8", "versions": {"torch": "t", "transformers": "x"}, "commit": "abc", "date": "2026-12-01",
          "prompt": "p", "settings": {"k": 6, "confidence": 0.6, "temperature": 0.0}, "repeats": 1,

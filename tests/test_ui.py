@@ -133,6 +133,33 @@ def test_run_streams_live_views_then_a_full_one_with_a_trace(loader, monkeypatch
     assert final.text.count('tabindex="0"') == len(shown_tokens(final.text))   # every token reachable by keyboard
     assert "tok/s** decoding = " in final.stats and "verifier passes** = one per round + one over the prompt" in final.stats
     assert "prefill (reading the prompt" in final.stats and "vary by tens of percent" in final.stats
+    # what other processes (the browser among them) took of the cores while it ran, when the run lasted long enough
+    shared = re.search(r"other processes used (\d+)% of this machine's (\d+) cores", final.stats)
+    assert shared is None or 0 <= int(shared.group(1)) <= 100
+
+
+def test_the_cores_other_processes_used_are_measured_and_said(pair):
+    import threading
+    import time
+
+    from specdec_ui.state import CpuShare
+    from specdec_ui.views import run_view
+    share = CpuShare()
+    assert share.others() is None                      # too short an interval to say anything
+    stop = time.perf_counter() + 0.8
+
+    def spin():                                        # this process's own work is not "other"
+        while time.perf_counter() < stop:
+            pass
+    worker = threading.Thread(target=spin)
+    worker.start()
+    worker.join()
+    others = share.others()
+    assert others is not None and 0.0 <= others <= 1.0
+    rounds = generation(pair, seed=1).rounds
+    stats = run_view(list(rounds), 0.1, "Finished.", others=0.123).stats
+    assert "other processes used 12% of this machine's" in stats and "python -m specdec generate" in stats
+    assert "other processes" not in run_view(list(rounds), 0.1, "Finished.").stats
 
 
 def test_the_live_charts_show_tested_positions_only(pair):
