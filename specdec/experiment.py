@@ -64,6 +64,26 @@ def emitted(p: torch.Tensor, q: torch.Tensor, n: int, generator: torch.Generator
     return torch.bincount(first, minlength=C).float() / n
 
 
+def argmax_bug(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """(C,) p and q -> (C,) exactly what the bug emits: q's argmax x*, kept with probability
+    min(1, p(x*)/q(x*)), else a draw from the residual norm(max(0, p - q))."""
+    x = int(q.argmax())
+    keep = min(1.0, float(p[x] / q[x]))
+    out = torch.zeros_like(p)
+    if keep < 1:  # then p(x*) < q(x*), so p exceeds q somewhere and the residual has mass
+        residual = (p - q).clamp_min(0)
+        out = (1 - keep) * residual / residual.sum()
+    out[x] += keep
+    return out
+
+
+def bug_tv(pos: DraftPosition) -> float:
+    """The bug's exact total variation from p at a position (its lumped p and q): 0 where q is one-hot
+    (its argmax is then a sample of q) or where p is one-hot on q's argmax."""
+    _, p, q = lumped(pos)
+    return 0.5 * float((argmax_bug(p, q) - p).abs().sum())
+
+
 def histogram(pos: DraftPosition, n: int = 10_000, seed: int = 0) -> Histogram:
     labels, p, q = lumped(pos)
     generator = torch.Generator().manual_seed(seed)

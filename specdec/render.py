@@ -128,8 +128,30 @@ def draft_stop_text(r: RoundTrace, k: int, confidence: float) -> str:
     return f"Drafted K = {k} tokens{tail}."
 
 
-def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = False) -> str:
-    """One paragraph on what the phase just did and why the rule keeps the verifier's distribution."""
+def verify_cost_text(rows: int, verify_s: float, step_fit: tuple[float, float] | None, name: str = "v(K)") -> str:
+    """What the round's one verifier forward over ``rows`` positions cost, measured (``verify_s``), against a
+    one-token step from this machine's fitted line a + b·L (``step_fit`` = (a, b) in ms; None while it is not
+    known). v(K) is that forward in steps, as the Compare tab's cost fit defines it."""
+    ms = 1e3 * verify_s
+    head = f"Reading {rows} positions at once took {ms:.0f} ms here"
+    if step_fit is None:
+        return (f"{head} (one measurement). No fitted time of a one-token step is at hand yet to say how many steps "
+                "that is worth (this machine's is timed once, in the background after the models load).")
+    a, b = step_fit
+    step = a + b
+    v = ms / step
+    verdict = ("about one step: the extra rows are nearly free here" if v < 1.1 else
+               f"cheaper than {rows} single steps, not free" if v < rows else
+               f"no cheaper than {rows} single steps in this one measurement (the first round after loading warms "
+               "the kernels, and a busy machine slows any round: step on and compare)")
+    return (f"{head}, against about {step:.0f} ms for a one-token step on this machine (fitted a + b·L = {a:.0f} + "
+            f"{b:.1f} ms/row), so {name} = {v:.2f} steps: {verdict}.")
+
+
+def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = False,
+            step_fit: tuple[float, float] | None = None) -> str:
+    """One paragraph on what the phase just did and why the rule keeps the verifier's distribution.
+    ``step_fit``: this machine's verifier cost a + b·L in ms (:func:`verify_cost_text`), or None."""
     k = r.drafted
     if phase == "draft":
         if k == 0:
@@ -148,10 +170,10 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
         if k == 0:
             return ("**Verify.** One verifier forward produced p for the next position, exactly as plain decoding "
                     "would.")
-        return (f"**Verify.** One verifier forward read the last context token and the {plural(k, 'draft', 'drafts')}: "
-                f"{k + 1} positions at once, the price of about one ordinary step. It gives p at every drafted "
-                "position (each assuming the drafts before it are kept) and at the position after the last draft. "
-                "Nothing is decided yet.")
+        return (f"**Verify.** One verifier forward read the last context token and the {plural(k, 'draft', 'drafts')}. "
+                "It gives p at every drafted position (each assuming the drafts before it are kept) and at the "
+                f"position after the last draft. Nothing is decided yet. "
+                f"{verify_cost_text(k + 1, r.times.verify, step_fit)}")
     if phase == "accept":
         if k == 0:
             return (f"**Accept/reject.** Nothing to test: {r.next_token.text!r} was drawn from p, as plain "

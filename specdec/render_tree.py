@@ -4,7 +4,7 @@ did to the tree and the two caches (SpecInfer, Miao et al. 2023; recursive rejec
 """
 from __future__ import annotations
 
-from .render import DASH, draft_depth, plural
+from .render import DASH, draft_depth, plural, verify_cost_text
 from .trace import ACCEPTED, BONUS, PLAIN, REJECTED, RoundTrace
 
 TREE_HEADERS = ["test", "parent", "child", "q(x)", "p(x)", "tested against", "ratio", "u", "verdict",
@@ -60,9 +60,11 @@ def _texts(r: RoundTrace, js) -> str:
     return ", ".join(repr(r.tree.nodes[j].text) for j in js)
 
 
-def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: float = 0.0) -> str:
+def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: float = 0.0,
+                 step_fit: tuple[float, float] | None = None) -> str:
     """One paragraph on what the phase just did to the round's token tree (SpecInfer; recursive
-    rejection sampling, Jeon et al. 2024) and why the output keeps the verifier's distribution."""
+    rejection sampling, Jeon et al. 2024) and why the output keeps the verifier's distribution.
+    ``step_fit``: this machine's verifier cost a + b·L in ms (:func:`~specdec.render.verify_cost_text`)."""
     t, nodes = r.tree, r.tree.nodes
     n, depth = len(nodes) - 1, draft_depth(r)
     if n == 0 and phase != "commit":  # one token left in the budget: a plain verifier step
@@ -92,7 +94,7 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
         return (f"**Verify.** One verifier forward read all {n + 1} tree rows at once, the root and the "
                 f"{plural(n, 'node', 'nodes')}, under the tree attention mask below: each row sees the context and its "
                 "own ancestors, never another branch, so each node's p is what a chain along its path would give. "
-                "Nothing is decided yet.")
+                f"Nothing is decided yet. {verify_cost_text(n + 1, r.times.verify, step_fit, 'the tree forward')}")
     end = _walk_end(r)
     tried = sum(nodes[j].parent == end for j in range(1, len(nodes)))
     path = f"It kept {plural(len(t.kept), 'node', 'nodes')} ({_texts(r, t.kept)})" if t.kept else "It kept no node"

@@ -20,6 +20,7 @@ for the pair (another model), the default is the chain too.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +35,7 @@ SHAPES_FILE = Path(__file__).with_name("tree_shapes.json")
 FIT_ROWS = (1, 7, 13, 25)      # verifier rows timed for the fit
 DRAFT_ROWS = (1, 4)
 CONTEXT = 256                  # cached tokens behind the timed rows: a typical prompt and answer
+_MEASURING = threading.Lock()
 
 
 def _fastest_ms(fn, reps: int = 5) -> float:
@@ -81,12 +83,14 @@ def measure_costs(pair) -> dict:
 
 
 def machine_costs(pair) -> dict:
-    """``measure_costs`` once per machine, models and kernels, then from the cache."""
+    """``measure_costs`` once per machine, models and kernels, then from the cache. One measurement at
+    a time: a second caller (the app's background timing and a first tree run) waits and reads the cache."""
     from .calibration import cached
     from .precision import cpu_description
     key = ["tree-costs", pair.target_name, pair.draft_name, pair.precision.label,
            pair.draft_precision.label if pair.draft_precision else ""]
-    return cached(key, cpu_description(), lambda: {"timings_ms": measure_costs(pair)})
+    with _MEASURING:
+        return cached(key, cpu_description(), lambda: {"timings_ms": measure_costs(pair)})
 
 
 def measured_shapes(pair) -> dict | None:
@@ -111,22 +115,34 @@ def predict(shapes: list[dict], costs: dict) -> list[dict]:
 
 
 def choose(shapes: list[dict], costs: dict, k: int) -> tuple[int, int, str]:
-    """(W, N, why): the best predicted shape at depth k; the chain when it predicts best."""
+    """(W, N, why): the best predicted shape at depth k; the chain when it predicts best. ``why`` is
+    written for a learner: the prediction of the shape that runs against the best of the other kind."""
     mine = [s for s in predict(shapes, costs) if s["k"] == k]
     if not mine:
-        return 1, k, f"W=1 N={k}: no tree shapes measured at K = {k}, so the chain"
+        return 1, k, f"W = 1, N = {k}, the chain: no tree shapes were measured at K = {k}"
     best = max(mine, key=lambda s: s["predicted_tok_s"])
-    chain = " (the chain)" if best["width"] == 1 else ""
-    return best["width"], best["budget"], (f"W={best['width']} N={best['budget']}{chain}: predicted "
-                                          f"{best['predicted_tok_s']:.1f} tok/s from this machine's costs "
-                                          f"(verify {costs['verify'][0]:.0f} + {costs['verify'][1]:.1f} ms/row)")
+    chain = best["width"] == 1
+    others = [s for s in mine if (s["width"] > 1) == chain]
+    fit = (f"this machine's cost fit (a verifier forward costs {costs['verify'][0]:.0f} ms + "
+           f"{costs['verify'][1]:.1f} ms per row here) predicts {best['predicted_tok_s']:.1f} tok/s for it")
+    if not others:
+        against = ""
+    elif chain:
+        tree = max(others, key=lambda s: s["predicted_tok_s"])
+        against = (f" against {tree['predicted_tok_s']:.1f} tok/s for the best tree (W = {tree['width']}, "
+                   f"N = {tree['budget']}): verifying a tree's extra rows costs more than its extra tokens repay")
+    else:
+        chain_tok_s = max(s["predicted_tok_s"] for s in others)
+        against = f" against {chain_tok_s:.1f} tok/s for the chain: its extra tokens repay verifying its extra rows"
+    shape = f"W = 1, N = {best['budget']}, the chain" if chain else f"W = {best['width']}, N = {best['budget']}"
+    return best["width"], best["budget"], f"{shape}: {fit}{against}"
 
 
 def default_shape(pair, k: int = 6, sampling: SamplingConfig | None = None) -> tuple[int, int, str]:
     """The tree drafter's (W, N, why) when the run leaves them at 0."""
     data = measured_shapes(pair)
     if data is None:
-        return 1, k, f"W=1 N={k}: no tree shapes measured for this pair, so the chain"
+        return 1, k, f"W = 1, N = {k}, the chain: no tree shapes were measured for this pair of models"
     temperature = "0" if sampling is None or sampling.greedy else "sampled"
     with torch.inference_mode():
         return choose(data["shapes"].get(temperature, []), machine_costs(pair), k)
@@ -138,6 +154,11 @@ def resolve(pair, cfg: DecodeConfig) -> tuple[DecodeConfig, str]:
     every entry point records the shape that ran."""
     require_lean(pair)
     if cfg.tree_width and cfg.tree_nodes:
-        return cfg, f"W={cfg.tree_width} N={cfg.tree_nodes}: requested"
+        return cfg, f"W = {cfg.tree_width}, N = {cfg.tree_nodes}: requested"
     width, nodes, why = default_shape(pair, cfg.k, cfg.sampling)
-    return replace(cfg, tree_width=cfg.tree_width or width, tree_nodes=cfg.tree_nodes or nodes), why
+    ran = replace(cfg, tree_width=cfg.tree_width or width, tree_nodes=cfg.tree_nodes or nodes)
+    if cfg.tree_width or cfg.tree_nodes:  # one of the two asked for: say so, and what the fit would pick
+        asked = "W" if cfg.tree_width else "N"
+        why = (f"W = {ran.tree_width}, N = {ran.tree_nodes}: {asked} as requested, the other as this machine's choice "
+               f"(alone it would pick {why})")
+    return ran, why

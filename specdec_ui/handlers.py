@@ -17,18 +17,19 @@ import os
 import tempfile
 import uuid
 from dataclasses import replace
+from functools import partial
 from typing import Iterator
 
-from specdec import ConfigError, Generation, NumericalError, RunSettings, TraceFile
-from specdec.experiment import histogram
-from specdec.render import plural
+from specdec import ConfigError, DecodeConfig, Generation, NumericalError, RunSettings, TraceFile
+from specdec.experiment import bug_tv, histogram
+from specdec.render import UNTESTED_WHY, plural
 
 from . import charts
 from .charts import CHAIN, SPECULATIVE, TREE, VERIFIER_ONLY
 from .state import (FIELD_LABELS, TREE_FIELDS, CpuShare, Loader, Replay, Session, Worker, changes, form_defaults, form_values,
                     parse_form)
-from .views import (CompareView, Problem, Replayed, RunView, SampleView, StepView, compare_view, field_message,
-                    run_view, step_view)
+from .views import (REAL_TREE, REAL_TREE_BUTTON, CompareView, Problem, Replayed, RunView, SampleView, StepView,
+                    compare_view, field_message, run_view, shape_text, step_view)
 
 NOT_READY = "The models are still loading; this works as soon as they are ready."
 WAITING = "Waiting for another session's round to finish (the models are shared, one round at a time)..."
@@ -36,6 +37,7 @@ REFRESH_S, REFRESH_TOKENS = 1.0, 128
 MAX_RUNS = 5
 MAX_TRACE_BYTES = 50 * 2**20
 SAMPLES = 10_000
+FLAT_TV = 0.01  # below this exact total variation the bug's histogram cannot be told from p's by eye
 
 
 def _problem(e: Exception, form: dict | None = None) -> Problem:
@@ -112,40 +114,132 @@ def step(loader: Loader, action: str, session: Session, form: dict) -> Iterator[
             session.restart(settings, fresh)
         walk = session.walk
         live = isinstance(session.gen, Generation)
+        # a live round is compared with this machine's cost fit; a replayed one was timed on another machine
+        view = partial(step_view, settings=settings, step_fit=loader.step_fit if live else None,
+                       shape=_shape(settings, session.gen.cfg if live else settings.decode, session.gen))
         if walk.needs_round(action) and live and _busy(loader):
-            yield replace(step_view(walk, settings, ""), status=WAITING)
+            yield replace(view(walk, notice=""), status=WAITING)
         new_round = next(session.gen, None) if walk.needs_round(action) else None
     except (ConfigError, NumericalError) as e:
         yield _problem(e, form)
         return
     session.walk, said = walk.press(action, new_round, session.gen.stop_reason)
     source = "" if live else f"Replaying the uploaded trace (no models run), {len(session.gen.trace.rounds)} rounds. "
-    yield step_view(session.walk, settings, source + notice + said)
+    yield view(session.walk, notice=source + notice + said)
 
 
-def sample(session: Session) -> SampleView | Problem:
-    """Run the pure rule 10,000 times on the deciding position of the round on show."""
-    walk = session.walk
-    r = walk.shown
-    if r is None or walk.phase not in ("accept", "commit") or not r.tested:
-        return Problem("Step a round through Accept/reject first (a round that drafted something): the rule is run "
-                       "on one of its tested positions.")
-    if r.tree is not None:
+def _requested(settings: RunSettings) -> bool:
+    """Not the tree drafter, or a tree shape the learner set in full: nothing to explain."""
+    return settings.drafter != "tree" or bool(settings.decode.tree_width and settings.decode.tree_nodes)
+
+
+def _shape(settings: RunSettings, ran: DecodeConfig, gen) -> tuple[int, int, str] | None:
+    """The tree drafter's (W, N, why) as the run recorded them where this machine chose (a trace records
+    the shape only); None where the learner set it, or for the other drafters."""
+    if settings.drafter != "tree" or (_requested(settings) and isinstance(gen, Generation)):
+        return None
+    why = gen.tree_shape if isinstance(gen, Generation) else f"W = {ran.tree_width}, N = {ran.tree_nodes}, as recorded"
+    return ran.tree_width, ran.tree_nodes, why
+
+
+def _sampled_round(session: Session):
+    """The round on show when the sampler can run on it (a decided chain round that tested a draft), else None."""
+    r = session.walk.shown
+    ok = r is not None and session.walk.phase in ("accept", "commit") and r.tested and r.tree is None
+    return r if ok else None
+
+
+def _bug_tvs(r) -> dict[int, float]:
+    """The bug's exact total variation from p at each tested position of a round, by 1-based position."""
+    return {i + 1: bug_tv(pos) for i, pos in enumerate(r.positions) if pos.tested}
+
+
+def _default_position(r, tvs: dict[int, float]) -> int:
+    """The position that decided the round (its rejection), else the one where the bug differs most."""
+    return r.rejected_at + 1 if r.rejected_at is not None else max(tvs, key=tvs.get)
+
+
+def sample_positions(session: Session) -> tuple[list[tuple[str, int]], int | None]:
+    """The picker's choices for the round on show, (label, 1-based position) per tested position, and
+    the one Sample takes unless the learner picks another; ([], None) when there is nothing to sample."""
+    r = _sampled_round(session)
+    if r is None:
+        return [], None
+    tvs = _bug_tvs(r)
+    default = _default_position(r, tvs)
+    why = "decided the round" if r.rejected_at is not None else "the bug differs most"
+    return [(f"{i}: {r.positions[i - 1].text!r}, {r.positions[i - 1].status}, the bug's TV {tv:.3f}"
+             + (f" ({why})" if i == default else ""), i) for i, tv in tvs.items()], default
+
+
+def _why_no_rejection(r, greedy: bool) -> str:
+    if greedy:
+        return "at temperature 0 every draft was the verifier's argmax"
+    if r.next_kind is None:
+        return "its kept drafts ended at a stop token"
+    return "every draft was kept"
+
+
+def sample(session: Session, position=None) -> SampleView | Problem:
+    """Run the pure rule 10,000 times on one tested position of the round on show: the learner's pick
+    (1-based), else the position that decided the round, else (no rejection) where the bug differs most."""
+    if session.walk.shown is not None and session.walk.shown.tree is not None:
         return Problem("This runs the chain's rule on one drafted position; a tree round tests siblings in turn "
                        "against a moving residual instead. Pick the drafter 'draft model' to run it.")
-    i = r.rejected_at if r.rejected_at is not None else r.n_accepted - 1
-    pos = r.positions[i]
-    h = histogram(pos, SAMPLES)
+    r = _sampled_round(session)
+    if r is None:
+        return Problem("Step a round through Accept/reject first (a round that drafted something): the rule is run "
+                       "on one of its tested positions.")
+    tvs = _bug_tvs(r)
+    tested = ", ".join(map(str, tvs))
+    if isinstance(position, float) and position.is_integer():
+        position = int(position)
+    if position is not None and not (isinstance(position, int) and not isinstance(position, bool)):
+        return Problem(f"Pick a position of round {r.index + 1} from the list (its tested positions: {tested}); "
+                       f"got {position!r}.")
+    if position is not None and position not in tvs:
+        if not 1 <= position <= len(r.positions):
+            drafted = plural(len(r.positions), "token", "tokens")
+            return Problem(f"Round {r.index + 1} has no position {position}: it drafted {drafted}. Pick one of its "
+                           f"tested positions: {tested}.")
+        pos = r.positions[position - 1]
+        return Problem(f"Position {position} ({pos.text!r}) decided nothing ({UNTESTED_WHY[pos.status]}), so there "
+                       f"is no rule to run there. Pick one of the round's tested positions: {tested}.")
     greedy = session.settings is not None and session.settings.decode.sampling.greedy
-    lines = [f"Round {r.index + 1}, position {i + 1} (drafted {pos.text!r}, {pos.status}): the rule ran "
-             f"{SAMPLES:,} times on this position's p and q (its top tokens; all other tokens lumped into one), "
-             "each time drafting from q, testing u ≤ p/q and drawing from the residual on a rejection.",
+    default = _default_position(r, tvs)
+    i = default if position is None else position
+    pos = r.positions[i - 1]
+    h = histogram(pos, SAMPLES)
+    noise = 0.5 * (len(h.labels) / SAMPLES) ** 0.5
+    where = f"position {i} (drafted {pos.text!r}, {pos.status})"
+    if position is not None and position != default:
+        head = f"Round {r.index + 1}, {where}, as picked."
+    elif r.rejected_at is not None:
+        head = f"Round {r.index + 1}, {where}: the position that decided the round, where its draft was rejected."
+    elif greedy or tvs[i] < FLAT_TV:
+        head = (f"**Round {r.index + 1} had no rejection**: {_why_no_rejection(r, greedy)}, so no position decided "
+                f"it; and at every tested position the argmax bug lands on p (at most {tvs[i]:.3f} away in total "
+                f"variation, at {where}): see why below. Step on to a round whose draft was unsure to see it land "
+                "off p.")
+    else:
+        head = (f"**Round {r.index + 1} had no rejection**: {_why_no_rejection(r, greedy)}, so no position decided "
+                f"it. Shown: {where}, the tested position where the argmax bug lands farthest from p (exactly "
+                f"{tvs[i]:.3f} in total variation; pick another in the list above).")
+    lines = [f"{head} The rule ran {SAMPLES:,} times on this position's p and q (their top tokens; all other tokens "
+             "lumped into one), each time drafting from q, testing u ≤ p/q and drawing from the residual on a "
+             "rejection.",
              f"* **The rule:** total variation from p = **{h.tv_correct:.3f}**: the emitted tokens follow p, up to "
-             f"sampling noise (about {0.5 * (len(h.labels) / SAMPLES) ** 0.5:.3f} here).",
+             f"sampling noise (about {noise:.3f} here).",
              f"* **The bug** (the draft takes q's argmax but reports softmax q): total variation = **{h.tv_bug:.3f}**."]
-    if greedy:
-        lines.append("At temperature 0 p and q are one-hot, so the argmax draft *is* a sample of q and both agree: "
-                     "set a temperature such as 0.8 to see the bug land off p.")
+    if greedy:  # a paragraph of its own, not a continuation of the list above
+        lines.append("\nAt temperature 0 p and q are one-hot, so the argmax draft *is* a sample of q and both agree at "
+                     "every position: set a temperature such as 0.8 to see the bug land off p.")
+    elif tvs[i] < 3 * noise:
+        lines.append("\n**Why no difference here:** the bug always drafts q's top token x*. Where q is (nearly) "
+                     "one-hot, that argmax *is* a sample of q; where p is (nearly) one-hot on x*, the rule keeps x* "
+                     "every time, just as p would emit it. Either way the bug emits what p emits. It shows where q is "
+                     "spread out and p is not sure of x*: p ≈ q is not enough (with p = q = (0.5, 0.5) the bug emits "
+                     "x* every time, 0.5 away from p).")
     return SampleView(summary="\n".join(lines), histogram=charts.histogram_figure(h))
 
 
@@ -179,8 +273,9 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
         yield _problem(e, form)
         return
     session.stop, session.running = False, [gen]
-    yield _live(gen, "Waiting for another session's round..." if _busy(loader) else
-                "Reading the prompt (the prefill)...")
+    shape = "" if _requested(settings) else _run_shape(gen)
+    yield _live(gen, ("Waiting for another session's round..." if _busy(loader) else
+                      "Reading the prompt (the prefill)...") + shape)
     cpu = CpuShare()
     worker = Worker(gen.run)
 
@@ -197,7 +292,15 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
              f"Stopped after {plural(len(gen.rounds), 'round', 'rounds')}.")
     ran = replace(settings, decode=gen.cfg)  # the tree shape that ran, not 0 for "this machine's choice"
     trace = TraceFile(ran.to_dict(), tuple(gen.rounds), gen.prefill_s, gen.text, gen.stop_reason)
-    yield _live(gen, ended, _write_trace(trace.to_json()), others=cpu.others())
+    yield _live(gen, ended + shape, _write_trace(trace.to_json()), others=cpu.others())
+
+
+def _run_shape(gen: Generation) -> str:
+    """The shape the tree drafter chose and why, for the Run tab's status."""
+    w, n = gen.cfg.tree_width, gen.cfg.tree_nodes
+    offer = (f" To see a real tree, press **{REAL_TREE_BUTTON}** in the Step through tab: it sets Tree width W = "
+             f"{REAL_TREE[0]} and Tree nodes N = {REAL_TREE[1]} in the sidebar." if w == 1 else "")
+    return " " + shape_text(w, n, gen.tree_shape) + offer
 
 
 def _live(gen: Generation, status: str, download: str | None = None, rounds=None, final: bool = True,

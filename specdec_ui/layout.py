@@ -17,8 +17,8 @@ from . import charts
 from . import handlers as h
 from .charts import COLORS
 from .state import FIELD_LABELS, FIELDS, FORM, HINTS, Loader, Session, form_defaults
-from .views import (UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView, StepView, legend_html,
-                    plain_html)
+from .views import (REAL_TREE, REAL_TREE_BUTTON, UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView,
+                    StepView, legend_html, plain_html)
 
 EXAMPLES = [
     ["Write a Python function that returns the n-th Fibonacci number iteratively.", "model"],
@@ -234,6 +234,8 @@ def _step_tab(loader, session, form, sidebar) -> list:
                                           "and **Commit and roll back**; or **Step round** for a whole round.")}
             alert = gr.Markdown(elem_classes=["spec-alert"])
         view["banner"] = gr.Markdown()
+        with gr.Column(visible=False) as view["real_tree"]:  # when the tree drafter ran the chain
+            real_tree_b = gr.Button(REAL_TREE_BUTTON, size="sm", variant="primary")
         with gr.Row():
             with gr.Column(min_width=320):
                 view["explain"] = gr.Markdown()
@@ -247,17 +249,29 @@ def _step_tab(loader, session, form, sidebar) -> list:
         view["tests"] = gr.HTML(visible=False)  # a tree round's sibling tests: ten columns, the page's whole width
         view["text"], view["plain"] = _text_views("step")
         with gr.Accordion("Losslessness, seen: run the rule 10,000 times on this round", open=False):
-            sample_b = gr.Button("Sample 10,000 times", size="sm")
+            with gr.Row(equal_height=True):
+                picker = gr.Dropdown([], value=None, label="Position to sample (the round's tested positions)",
+                                     scale=3)
+                sample_b = gr.Button("Sample 10,000 times", size="sm", scale=1)
             sample = {"summary": gr.Markdown("After **Accept/reject**, this runs the rule (no model) 10,000 times on "
-                                             "the position that decided the round."),
+                                             "the position that decided the round; on a round with no rejection, on "
+                                             "the one where the argmax bug differs most, or on the one you pick."),
                       "histogram": gr.Plot(visible=False, show_label=False)}
     outputs, show = _view_outputs(StepView, view, form, alert, sidebar)
+
+    def fill_picker(s):
+        choices, default = h.sample_positions(s)
+        return gr.update(choices=choices, value=default)
     for action, button in buttons.items():
         button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs).then(
-            None, None, None, js=SHOW_FIELD_ERROR)
+            None, None, None, js=SHOW_FIELD_ERROR).then(fill_picker, session, picker, show_progress="hidden")
+    # the real tree's shape into the sidebar, then its first round drafted (the change restarts the step-through)
+    real_tree_b.click(lambda: REAL_TREE, None, [form["tree_width"], form["tree_nodes"]], queue=False).then(
+        _streaming(show, partial(h.step, loader, "draft")), [session, *form.values()], outputs).then(
+        fill_picker, session, picker, show_progress="hidden")
     sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
-    sample_b.click(lambda s: sample_show(h.sample(s)), session, sample_outputs)
-    return list(buttons.values())
+    sample_b.click(lambda s, at: sample_show(h.sample(s, at)), [session, picker], sample_outputs)
+    return [*buttons.values(), real_tree_b]
 
 
 def _text_views(prefix: str) -> tuple:

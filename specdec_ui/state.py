@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+import torch
+
 from specdec import (ConfigError, Generation, ModelChoice, ModelLoadError, NumericalError, RoundTrace, RunSettings,
                      TraceFile)
 from specdec.options import build, flat, options_of
@@ -87,6 +89,7 @@ class Loader:
     def __init__(self, models: ModelChoice, pair=None):
         self.models = models
         self.pair, self.error, self.seconds = pair, None, 0.0
+        self.step_fit: tuple[float, float] | None = None  # this machine's verifier cost a + b·rows in ms, once timed
         self.fraction, self.message = (1.0, "models ready") if pair is not None else (0.0, "waiting to load the models")
         self._thread: threading.Thread | None = None
 
@@ -112,6 +115,22 @@ class Loader:
             print(f"models ready in {self.seconds:.1f} s", file=sys.stderr, flush=True)  # the terminal's view
         except (ConfigError, ModelLoadError) as e:
             self.error = str(e)
+            return
+        self._time_verification()
+
+    def _time_verification(self) -> None:
+        """This machine's cost fit of a verifier forward over L rows, a + b·L, which the Verify text
+        compares each round with: from the calibration cache, else timed once (a few seconds) while no
+        round runs. The buttons work meanwhile; a round pressed then waits for the timing to end."""
+        from specdec.tree import require_lean
+        from specdec.tree_shape import machine_costs
+        try:
+            require_lean(self.pair)  # the fit times tree forwards of both models
+        except ConfigError:
+            return
+        with self.pair.lock, torch.inference_mode():
+            a, b = machine_costs(self.pair)["verify"]
+        self.step_fit = (a, b)
 
 
 class Worker:

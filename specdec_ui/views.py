@@ -44,7 +44,8 @@ class Problem:
 @dataclass(frozen=True, kw_only=True)
 class StepView:
     status: str
-    banner: str           # the temperature-0 caveat, or ""
+    banner: str           # the tree drafter's shape and why, and the temperature-0 caveat, or ""
+    real_tree: bool = False  # offer the button that runs a real tree (the tree drafter ran the chain)
     explain: str
     table: str            # HTML: the drafted tokens, as far as the phase has revealed them ("" for a tree)
     dist: Any             # plotly Figure, or None (hidden)
@@ -183,16 +184,36 @@ GREEDY_TREE_BANNER = ("**Temperature 0: the rule has nothing to decide.** The wa
                       "0.8 to see the siblings tested in turn against the residual.")
 
 
-def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
-    """The round on show, revealed up to its phase, and the text committed so far."""
+REAL_TREE = (2, 8)  # (W, N) of the "Draw a real tree" button: a tree on every machine, small enough to read
+REAL_TREE_BUTTON = "Draw a real tree"
+
+
+def shape_text(width: int, nodes: int, why: str) -> str:
+    """Which shape the tree drafter ran and why (``why`` as the run recorded it, :func:`specdec.tree_shape.resolve`)."""
+    if width > 1:
+        return f"**The tree drafter's shape:** {why}."
+    return (f"**The tree drafter ran the chain.** {why}. So each round is a chain of drafts: no tree, no attention "
+            "mask, no sibling tests.")
+
+
+def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, float] | None = None,
+              shape: tuple[int, int, str] | None = None) -> StepView:
+    """The round on show, revealed up to its phase, and the text committed so far. ``step_fit``: this
+    machine's verifier cost a + b·L in ms, or None; ``shape``: the tree drafter's (W, N, why) as it ran."""
     drafter, greedy = settings.drafter, settings.decode.sampling.greedy
     segs = segments(list(walk.rounds))
     text, plain = token_html(segs), plain_html(output_text(segs))
     r = walk.shown
-    banner = (GREEDY_TREE_BANNER if drafter == "tree" else GREEDY_BANNER) if greedy and drafter != "none" else ""
+    tree_ran = drafter == "tree" and (shape is None or shape[0] > 1)
+    banner = (GREEDY_TREE_BANNER if tree_ran else GREEDY_BANNER) if greedy and drafter != "none" else ""
+    real_tree = drafter == "tree" and shape is not None and shape[0] == 1
+    if drafter == "tree" and shape is not None:
+        offer = (f" Press **{REAL_TREE_BUTTON}** to run W = {REAL_TREE[0]}, N = {REAL_TREE[1]} and see one."
+                 if real_tree else "")
+        banner = "\n\n".join(b for b in (shape_text(*shape) + offer, banner) if b)
     if r is None:
-        return StepView(status=notice, banner=banner, explain="", table="", dist=None, ratio=None, tree="", tests="",
-                        mask="", cache="", text=text, plain=plain)
+        return StepView(status=notice, banner=banner, real_tree=real_tree, explain="", table="", dist=None, ratio=None,
+                        tree="", tests="", mask="", cache="", text=text, plain=plain)
     phase = walk.phase
     where = {"draft": "drafted", "verify": "drafted and verified", "accept": "drafted, verified and decided",
              "commit": "drafted, verified, decided and committed"}[phase]
@@ -202,17 +223,18 @@ def step_view(walk: Walkthrough, settings, notice: str) -> StepView:
     status = f"{notice}Round {r.index + 1}: {where}.{nxt}"
     if r.tree is not None:  # the tree, its tests and its mask stand in for the chain's table and charts
         asked = (settings.decode.tree_width, settings.decode.tree_nodes)
-        paragraph = tree_explain(r, phase, greedy, settings.decode.k, settings.decode.confidence)
-        return StepView(status=status, banner=banner, explain=paragraph, table="", dist=None, ratio=None,
+        paragraph = tree_explain(r, phase, greedy, settings.decode.k, settings.decode.confidence, step_fit)
+        return StepView(status=status, banner=banner, real_tree=real_tree, explain=paragraph, table="", dist=None,
+                        ratio=None,
                         tree=tree_views.tree_html(r, phase, greedy, asked),
                         tests=tree_views.tests_html(r, greedy) if decided else "",
                         mask=tree_views.mask_html(r, phase) if phase != "draft" else "",
                         cache=tree_cache_text(r, phase), text=text, plain=plain)
-    paragraph = explain(r, phase, drafter, greedy)
+    paragraph = explain(r, phase, drafter, greedy, step_fit)
     if phase == "draft" and r.positions:
         paragraph += " " + draft_stop_text(r, settings.decode.k, settings.decode.confidence)
     return StepView(
-        status=status, banner=banner, explain=paragraph,
+        status=status, banner=banner, real_tree=real_tree, explain=paragraph,
         table=table_html(r, phase) if r.positions else "",
         dist=charts.distribution_figure(r) if decided else None,
         ratio=charts.ratio_figure([r]) if decided and r.positions else None,

@@ -291,6 +291,74 @@ def test_the_tree_drafter_draws_its_tree_its_sibling_tests_and_its_mask(page, ar
     page.screenshot(path=artifacts / "app-step-tree.png", full_page=True)
 
 
+def test_sample_on_a_round_with_no_rejection_says_so_and_shows_both_histograms(page, artifacts):
+    fill(page, temperature=0.8, k=2, max_new_tokens=48)
+    table = page.get_by_role("table", name="Drafted tokens")
+    for n in range(1, 12):  # the seed is fixed, but the drafts depend on this machine's precision: step to one
+        page.get_by_role("button", name="Step round").click()
+        expect(status(page, f"Round {n}: drafted, verified, decided and committed.")).to_be_visible()
+        if table.locator("tr.row-accepted").count() == 2:
+            break
+    else:
+        pytest.fail("no round kept both drafts")
+    page.get_by_text("Losslessness, seen: run the rule 10,000 times on this round").click()
+    picker = page.get_by_label("Position to sample (the round's tested positions)")
+    expect(picker).to_have_value(re.compile(r"the bug differs most"))
+    page.get_by_role("button", name="Sample 10,000 times").click()
+    expect(page.get_by_text(re.compile(rf"Round {n} had no rejection")).first).to_be_visible()
+    expect(page.get_by_text(re.compile(r"every draft was kept, so no position decided it")).first).to_be_visible()
+    legend = page.locator(".js-plotly-plot .legendtext")
+    expect(legend.filter(has_text=re.compile(r"^the rule: TV"))).to_have_count(1)      # both histograms, against p
+    expect(legend.filter(has_text=re.compile(r"^argmax draft bug: TV"))).to_have_count(1)
+    expect(legend.filter(has_text="p (verifier)")).to_have_count(1)
+    page.screenshot(path=artifacts / "app-sample-all-kept.png", full_page=True)
+    chosen = int(re.match(r"(\d+):", picker.input_value()).group(1))
+    picker.click()
+    page.get_by_role("option", name=re.compile(rf"^{3 - chosen}: ")).click()   # the other position
+    page.get_by_role("button", name="Sample 10,000 times").click()
+    expect(page.get_by_text(re.compile(rf"Round {n}, position {3 - chosen} \(drafted .*\), as picked")).first
+           ).to_be_visible()
+
+
+def test_the_tree_drafter_at_its_defaults_says_why_it_ran_the_chain_and_draws_a_real_tree_in_one_click(
+        page, artifacts, monkeypatch):
+    import specdec.tree_shape
+    # an AVX2-like machine, where verifying rows is dear: the cost fit picks the chain whatever this machine is
+    monkeypatch.setattr(specdec.tree_shape, "machine_costs", lambda pair: {"verify": [130.0, 16.0],
+                                                                           "draft": [39.0, 5.0]})
+    page.get_by_role("radio", name="model, as a token tree").check()
+    fill(page, temperature=0.8, k=6, max_new_tokens=48)                        # W and N stay 0: this machine's choice
+    page.get_by_role("button", name="Step round").click()
+    expect(status(page, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
+    expect(page.get_by_text(re.compile(r"The tree drafter ran the chain\. W = 1, N = 6, the chain: this machine's "
+                                       r"cost fit \(a verifier forward costs 130 ms \+ 16\.0 ms per row here\)"))
+           ).to_be_visible()
+    expect(page.get_by_role("table", name="Drafted tokens")).to_be_visible()  # a chain round: no tree
+    button = page.get_by_role("button", name="Draw a real tree")
+    expect(button).to_be_visible()
+    page.screenshot(path=artifacts / "app-tree-defaults-chain.png", full_page=True)
+    button.click()
+    expect(page.get_by_label("Tree width W (0 = this machine's choice)")).to_have_value("2")
+    expect(page.get_by_label("Tree nodes N (0 = this machine's choice)")).to_have_value("8")
+    expect(status(page, "Round 1: drafted. Next: Verify.")).to_be_visible()
+    expect(page.get_by_text(re.compile(r"changed: the step-through restarted from the prompt"))).to_be_visible()
+    expect(button).to_be_hidden()
+    starts = "svg => Math.max(...Object.values([...svg.querySelectorAll('path')].reduce((n, p) => { " \
+             "const k = p.getAttribute('d').split(' ')[0]; n[k] = (n[k] || 0) + 1; return n; }, {})))"
+    tree = page.get_by_role("group", name=re.compile(r"^Token tree, round"))
+    for n in range(1, 8):  # a drafted node with two children: two edges leave one box (before the verdicts add one)
+        expect(tree).to_be_visible()
+        if tree.evaluate(starts) > 1:
+            break
+        page.get_by_role("button", name="Step round").click()
+        expect(status(page, f"Round {n}: drafted, verified, decided and committed.")).to_be_visible()
+        page.get_by_role("button", name="Draft", exact=True).click()
+        expect(status(page, f"Round {n + 1}: drafted. Next: Verify.")).to_be_visible()
+    else:
+        pytest.fail("no round drafted a node with two children")
+    page.screenshot(path=artifacts / "app-tree-real.png", full_page=True)
+
+
 def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(page, artifacts, tmp_path):
     page.get_by_role("tab", name="Run").click()
     for seed in range(4):  # a run whose rejected drafts include a line break

@@ -84,7 +84,7 @@ def test_greedy_token_trees_equal_verifier_only(real_pair, capsys, prompt):
     base = verifier_only(capsys, prompt)
     assert out["token_ids"] == base["token_ids"], first_difference(base["token_ids"], out["token_ids"])
     assert out["summary"]["target_forwards"] < base["summary"]["target_forwards"]
-    assert out["settings"]["tree_width"] == 3 and "tree shape W=3 N=12: requested" in err
+    assert out["settings"]["tree_width"] == 3 and "tree shape W = 3, N = 12: requested" in err
 
 
 def test_the_default_tree_shape_is_chosen_on_this_machine_and_recorded(real_pair, capsys):
@@ -92,7 +92,7 @@ def test_the_default_tree_shape_is_chosen_on_this_machine_and_recorded(real_pair
                              "--max-new-tokens", "8")
     assert code == 0
     w, n = out["settings"]["tree_width"], out["settings"]["tree_nodes"]
-    assert w >= 1 and n >= 1 and f"tree shape W={w} N={n}" in err   # what ran, not 0 for "auto"
+    assert w >= 1 and n >= 1 and f"tree shape W = {w}, N = {n}" in err   # what ran, not 0 for "auto"
     # width 1 is the chain, drafted by the chain drafter: its rounds carry no tree
     assert all((r["tree"] is None) if w == 1 else (r["tree"]["width"] == w) for r in out["rounds"])
 

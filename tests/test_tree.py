@@ -211,4 +211,4 @@ def test_the_shape_that_ran_is_decided_once_and_recorded_by_every_entry_point(mo
                  "--json"]) == 0
     out = capsys.readouterr()
     settings = json.loads(out.out)["settings"]
-    assert (settings["tree_width"], settings["tree_nodes"]) == (1, 3) and "tree shape W=1 N=3" in out.err
+    assert (settings["tree_width"], settings["tree_nodes"]) == (1, 3) and "tree shape W = 1, N = 3, the chain" in out.err

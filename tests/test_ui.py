@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
@@ -313,6 +313,100 @@ def test_the_sample_button_runs_the_rule_on_the_round_on_show(loader):
     tv = float(re.search(r"total variation from p = \*\*([\d.]+)", view.summary).group(1))
     assert tv < 0.03 and [t.name.split(":")[0] for t in view.histogram.data] == ["p (verifier)", "the rule",
                                                                                    "argmax draft bug"]
+
+
+@pytest.fixture(scope="module")
+def close_loader():
+    """A draft close to the verifier (a noisy copy): most rounds keep every draft."""
+    m = tiny.model(1, scale=4)
+    pair = tiny.pair(m, tiny.noisy_copy(m, 1, 0.3))
+    return Loader(ModelChoice.of(pair), pair)
+
+
+def decided_round(loader, want, **kw):
+    """A session whose round on show is decided and satisfies ``want(round)``, over the first seeds."""
+    for seed in range(30):
+        s = Session()
+        step(loader, "accept", s, form(seed=seed, **kw))
+        if want(s.walk.shown):
+            return s
+    pytest.fail("no seed gave the round asked for")
+
+
+def sampled_position(view) -> int:
+    return int(re.search(r"position (\d+) \(drafted", view.summary).group(1))
+
+
+def test_sample_runs_on_the_position_that_decided_the_round(close_loader):
+    s = decided_round(close_loader, lambda r: r.rejected_at is not None and r.rejected_at > 0, k=3)
+    r = s.walk.shown
+    view = h.sample(s)
+    assert sampled_position(view) == r.rejected_at + 1 and "the position that decided the round" in view.summary
+    choices, default = h.sample_positions(s)
+    assert default == r.rejected_at + 1 and [v for _, v in choices] == list(range(1, r.rejected_at + 2))
+    assert "(decided the round)" in choices[-1][0]                           # untested positions are not offered
+
+
+def test_on_a_round_with_no_rejection_sample_says_so_and_takes_the_position_where_the_bug_differs_most(
+        close_loader):
+    from specdec.experiment import bug_tv
+    s = decided_round(close_loader, lambda r: r.next_kind == "bonus" and r.drafted == 3, k=3)
+    r = s.walk.shown
+    tvs = [bug_tv(pos) for pos in r.positions]
+    view = h.sample(s)
+    assert view.summary.startswith(f"**Round {r.index + 1} had no rejection**: every draft was kept")
+    assert sampled_position(view) == 1 + tvs.index(max(tvs)) and f"exactly {max(tvs):.3f}" in view.summary
+    assert [t.name.split(":")[0] for t in view.histogram.data] == ["p (verifier)", "the rule", "argmax draft bug"]
+    bug = float(re.search(r"The bug.*total variation = \*\*([\d.]+)", view.summary).group(1))
+    assert bug == pytest.approx(max(tvs), abs=0.03) and bug > 0.1               # the bug is seen, not 0.000
+    choices, default = h.sample_positions(s)
+    assert default == 1 + tvs.index(max(tvs)) and "(the bug differs most)" in dict(map(reversed, choices))[default]
+    same = tiny.pair(tiny.model(1, scale=4), tiny.model(1, scale=4))         # the draft is the verifier: all kept
+    greedy = Session()
+    step(Loader(ModelChoice.of(same), same), "accept", greedy, form(k=3, temperature=0.0))
+    view = h.sample(greedy)
+    assert "at temperature 0 every draft was the verifier's argmax" in view.summary
+    assert "At temperature 0 p and q are one-hot" in view.summary and "total variation = **0.000**" in view.summary
+
+
+def test_sample_takes_a_picked_position_and_answers_a_bad_pick_with_a_problem(close_loader):
+    s = decided_round(close_loader, lambda r: r.rejected_at == 1, k=3)         # kept, rejected, never tested
+    picked = h.sample(s, 1.0)                                                  # a whole float is the number 1
+    assert isinstance(picked, SampleView) and sampled_position(picked) == 1 and "as picked" in picked.summary
+    assert sampled_position(h.sample(s, 2)) == 2 and "decided the round" in h.sample(s, 2).summary
+    for bad, said in ((99, "has no position 99"), (0, "has no position 0"), ("two", "Pick a position of round"),
+                      (True, "Pick a position of round"), (3, "decided nothing (not tested: after the rejection)")):
+        problem = h.sample(s, bad)
+        assert isinstance(problem, Problem) and said in problem.message, (bad, problem)
+    assert isinstance(h.sample(Session(), 1), Problem)                        # nothing decided yet
+
+
+def test_the_verify_text_says_what_the_forward_cost_here_with_the_numbers_given(loader):
+    from specdec.render import explain
+    s = Session()
+    step(loader, "verify", s, form(k=4))
+    r = replace(s.walk.shown, times=replace(s.walk.shown.times, verify=0.052))
+    text = explain(r, "verify", step_fit=(31.0, 4.1))
+    assert "Reading 5 positions at once took 52 ms here, against about 35 ms for a one-token step on this machine " \
+           "(fitted a + b·L = 31 + 4.1 ms/row), so v(K) = 1.48 steps: cheaper than 5 single steps, not free." in text
+    assert "ordinary step" not in text and "ordinary step" not in explain(r, "verify")
+    assert "took 52 ms here (one measurement)" in explain(r, "verify") and "v(K)" not in explain(r, "verify")
+    loader.step_fit = (2.0, 0.5)                                                # the page passes this machine's fit in
+    try:
+        view = step(loader, "verify", Session(), form(k=4))
+    finally:
+        loader.step_fit = None
+    assert "fitted a + b·L = 2 + 0.5 ms/row" in view.explain
+
+
+def test_the_loader_times_this_machines_verifier_once_the_models_are_loaded(tree_loader, loader, monkeypatch):
+    import specdec.tree_shape
+    monkeypatch.setattr(specdec.tree_shape, "machine_costs", lambda pair: {"verify": [31.0, 4.1], "draft": [9, 1]})
+    monkeypatch.setattr(tree_loader, "step_fit", None)                         # restored after the test
+    tree_loader._time_verification()
+    assert tree_loader.step_fit == (31.0, 4.1)
+    loader._time_verification()                                                # not the lean forward: nothing timed
+    assert loader.step_fit is None
 
 
 def test_step_reaches_the_end_and_says_so(loader):
@@ -686,6 +780,40 @@ def test_a_tree_run_says_nodes_per_round_and_compare_races_three_columns(tree_lo
     assert "**The tree against the chain, per round:**" in view.why
     chain = list(h.compare(tree_loader, Session(), form(temperature=0.0, max_new_tokens=6)))[-1]
     assert not chain.tree_side and chain.spec_title == "### Speculative" and len(chain.race.data) == 2
+
+
+def test_the_tree_drafter_says_which_shape_ran_and_why_and_offers_a_real_tree(tree_loader, monkeypatch):
+    import specdec.tree_shape
+    from specdec_ui.views import REAL_TREE, REAL_TREE_BUTTON
+    shapes = [{"k": 4, "width": 1, "budget": 4, "tokens_per_round": 3.0, "nodes": 4, "draft_forwards": 4,
+               "draft_rows": 4},
+              {"k": 4, "width": 3, "budget": 12, "tokens_per_round": 3.6, "nodes": 11, "draft_forwards": 4,
+               "draft_rows": 10}]
+    monkeypatch.setattr(specdec.tree_shape, "measured_shapes", lambda pair: {"shapes": {"sampled": shapes}})
+    costs = {"verify": [130.0, 16.0], "draft": [39.0, 5.0]}                   # AVX2-like: rows are dear
+    monkeypatch.setattr(specdec.tree_shape, "machine_costs", lambda pair: costs)
+    defaults = tree_form(tree_width=0, tree_nodes=0)
+    s = Session()
+    view = step(tree_loader, "step", s, defaults)
+    assert s.walk.shown.tree is None and view.real_tree and view.table               # a chain round, and the offer
+    assert view.banner.startswith("**The tree drafter ran the chain.** W = 1, N = 4, the chain: this machine's cost "
+                                  "fit (a verifier forward costs 130 ms + 16.0 ms per row here) predicts ")
+    assert "for the best tree (W = 3, N = 12): verifying a tree's extra rows costs more than its extra tokens " \
+           "repay. So each round is a chain of drafts: no tree" in view.banner
+    assert f"Press **{REAL_TREE_BUTTON}** to run W = {REAL_TREE[0]}, N = {REAL_TREE[1]}" in view.banner
+    assert "The walk steps to the child" not in view.banner                           # no tree banner for a chain
+    final = list(h.run(tree_loader, Session(), defaults))[-1]
+    assert "**The tree drafter ran the chain.** W = 1, N = 4" in final.status and REAL_TREE_BUTTON in final.status
+    # the button's settings: the change restarts the step-through and the first round is a tree
+    width, nodes = REAL_TREE
+    tree = step(tree_loader, "draft", s, tree_form(tree_width=width, tree_nodes=nodes))
+    assert "changed: the step-through restarted from the prompt" in tree.status and s.walk.shown.tree is not None
+    assert not tree.real_tree and "The tree drafter" not in tree.banner              # as the learner set it
+    costs["verify"] = [57.0, 2.75]                                                    # Zen 4-like: rows are cheap
+    picked = step(tree_loader, "step", Session(), defaults)
+    assert picked.banner.startswith("**The tree drafter's shape:** W = 3, N = 12: this machine's cost fit")
+    assert "tok/s for the chain: its extra tokens repay verifying its extra rows" in picked.banner
+    assert not picked.real_tree and picked.tree
 
 
 def test_a_tree_round_with_room_for_one_token_is_a_plain_step(tree_loader):
