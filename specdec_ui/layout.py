@@ -235,7 +235,8 @@ def _step_tab(loader, session, form, sidebar) -> list:
             alert = gr.Markdown(elem_classes=["spec-alert"])
         view["banner"] = gr.Markdown()
         with gr.Column(visible=False) as view["real_tree"]:  # when the tree drafter ran the chain
-            real_tree_b = gr.Button(REAL_TREE_BUTTON, size="sm", variant="primary")
+            with gr.Row():
+                real_tree_b = gr.Button(REAL_TREE_BUTTON, size="sm", variant="primary", scale=0, min_width=180)
         with gr.Row():
             with gr.Column(min_width=320):
                 view["explain"] = gr.Markdown()
