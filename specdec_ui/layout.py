@@ -65,6 +65,8 @@ body.hide-rejected .tok-rejected {{ display: none; }}
 .tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
 .nl::before {{ content: "↵"; color: #6b7280; }}
 .spec-legend, .spec-ready {{ font-size: 13px; margin: 0; }}
+/* an empty Markdown or HTML block takes no room, nor the gap around it: no blank band before results */
+.block:has(> div > .prose > span.md:empty), .block:has(> .html-container > .prose:empty) {{ display: none; }}
 .spec-legend .tok {{ margin-right: 6px; padding: 1px 4px; font-size: 13px; vertical-align: baseline; }}
 .field-error textarea, .field-error input {{ border-color: #b91c1c !important; }}
 .field-error .info, .field-error span[data-testid="block-info"] + div {{ color: #b91c1c !important; }}
@@ -131,7 +133,14 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 .race-name {{ flex: 0 0 110px; }}
 .race-bar {{ display: inline-block; height: 14px; border-radius: 2px; }}
 """ + charts.LIVE_CSS
-THEME = gr.themes.Default(primary_hue="blue").set(
+# Gradio's Source Sans Pro and IBM Plex Mono at weight 600 are subsets of a few letters: a semibold
+# label ("Accept/reject") drew its "A" in one font and the rest in another. Bold (700), a whole font,
+# serves every heavy weight instead.
+FONTS = dict(font=[gr.themes.LocalFont("Source Sans Pro", weights=(400, 700)), "ui-sans-serif", "system-ui",
+                   "sans-serif"],
+             font_mono=[gr.themes.LocalFont("IBM Plex Mono", weights=(400, 700)), "ui-monospace", "Consolas",
+                        "monospace"])
+THEME = gr.themes.Default(primary_hue="blue", **FONTS).set(
     # white text on these fills is at least 4.5:1 (WCAG AA): #1d4ed8 6.7:1, #b91c1c 6.5:1
     button_primary_background_fill="#1d4ed8", button_primary_background_fill_hover="#1e40af",
     button_primary_text_color="#ffffff", button_cancel_background_fill="#b91c1c",

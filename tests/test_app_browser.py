@@ -374,6 +374,11 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
             box = pg.get_by_role("tab", name=name).bounding_box()
             assert box and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], name
         expect(pg.get_by_role("textbox", name=re.compile(r"^Prompt"))).not_to_be_in_viewport()  # the sidebar starts closed
+        cdp = pg.context.new_cdp_session(pg)                      # each step button's label in one font, not two
+        root = cdp.send("DOM.getDocument")["root"]["nodeId"]
+        cdp.send("CSS.enable")
+        for node in cdp.send("DOM.querySelectorAll", {"nodeId": root, "selector": ".step-b"})["nodeIds"]:
+            assert len(cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]) == 1
         assert pg.get_by_role("button", name="Step round").evaluate(CONTRAST) >= 4.5
         pg.get_by_role("button", name="Toggle Sidebar").click()
         fill(pg, temperature=0.8, max_new_tokens=12, k=0)
