@@ -65,6 +65,10 @@ body.hide-rejected .tok-rejected {{ display: none; }}
 .tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
 .nl::before {{ content: "↵"; color: #6b7280; }}
 .spec-legend, .spec-ready {{ font-size: 13px; margin: 0; }}
+/* an accordion's arrow keeps its size beside a label that wraps (at 400 px it was squeezed away);
+   the two accordions stack on a narrow screen */
+.label-wrap .icon {{ flex-shrink: 0; align-self: center; margin-left: 8px; }}
+@media (max-width: 600px) {{ .row.spec-about {{ flex-direction: column; }} }}
 /* an empty Markdown or HTML block takes no room, nor the gap around it: no blank band before results */
 .block:has(> div > .prose > span.md:empty), .block:has(> .html-container > .prose:empty) {{ display: none; }}
 .spec-legend .tok {{ margin-right: 6px; padding: 1px 4px; font-size: 13px; vertical-align: baseline; }}
@@ -84,7 +88,8 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
   border-radius: 4px; }}
 .spec-table {{ overflow-x: auto; }}
 .spec-table table {{ border-collapse: collapse; font-size: 13px; width: 100%; }}
-.spec-table th, .spec-table td {{ border-bottom: 1px solid #e5e7eb; padding: 3px 6px; text-align: left;
+.spec-table table, .spec-table tr {{ border: 0; }}  /* gradio's prose boxes every cell in a dark line */
+.spec-table th, .spec-table td {{ border: 0; border-bottom: 1px solid #e5e7eb; padding: 3px 6px; text-align: left;
   color: #111827; }}
 .spec-table caption {{ text-align: left; font-weight: 600; padding-bottom: 4px; color: #111827; }}
 .spec-table td.dash {{ color: #4b5563; }}
@@ -111,6 +116,21 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 @media (max-width: 600px) {{
   .spec-table table {{ font-size: 11px; }}
   .spec-table th, .spec-table td {{ padding: 2px 3px; }}
+  /* the sibling tests' ten columns do not fit: each test is a card, every value beside its column's
+     name (the header row stays for screen readers) */
+  .spec-tests table {{ font-size: 12px; }}
+  .spec-tests table, .spec-tests tbody, .spec-tests caption {{ display: block; }}
+  .spec-tests thead {{ position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); }}
+  .spec-tests tr {{ display: grid; grid-template-columns: 1fr 1fr; column-gap: 10px; padding: 4px 0 4px 6px;
+    border-bottom: 1px solid #e5e7eb; border-left: 4px solid #9ca3af; margin-bottom: 4px; }}
+  .spec-tests tr :is(th, td) {{ border: none !important; padding: 1px 0 !important; line-height: 1.35; }}
+  .spec-tests tr th {{ grid-column: 1 / -1; }}
+  .spec-tests td::before {{ content: attr(data-label) ": "; color: #4b5563; }}
+  .spec-tests td:is(:nth-child(6), :nth-child(9), :nth-child(10)) {{ grid-column: 1 / -1; }}
+  .spec-tests tr.row-accepted {{ border-left-color: #16a34a; }}
+  .spec-tests tr.row-rejected {{ border-left-color: #dc2626; }}
+  .spec-tests tr.row-resampled {{ border-left-color: #d97706; }}
+  .spec-tests tr.row-bonus {{ border-left-color: #2563eb; }}
 }}
 .spec-note {{ font-size: 12px; color: #374151; margin: 4px 0 0 0; }}
 .live-charts {{ display: flex; flex-wrap: wrap; gap: 16px; }}
@@ -181,7 +201,7 @@ def build_demo(loader: Loader) -> gr.Blocks:
 def _header(loader: Loader) -> tuple:
     gr.Markdown(INTRO)
     progress = gr.HTML(_progress_html(loader))
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=True, elem_classes=["spec-about"]):
         with gr.Accordion("Models, precision and parameter counts", open=False):
             info = gr.Markdown(_info(loader))
         with gr.Accordion("Notebooks: the same lessons, measured", open=False):
@@ -310,10 +330,10 @@ def _run_tab(loader, session, form, sidebar) -> list:
 
 def _compare_tab(loader, session, form, sidebar) -> list:
     with gr.Tab("Compare"):
-        with gr.Row():
-            runs = gr.Number(1, label=FIELD_LABELS["runs"], info=HINTS["runs"], min_width=120)
-            compare_b = gr.Button("Run both", variant="primary", min_width=90)
-            stop_b = gr.Button("Stop comparison", variant="stop", min_width=90)
+        with gr.Row():  # at 400 px the buttons share a line under the field, each wide enough for its label
+            runs = gr.Number(1, label=FIELD_LABELS["runs"], info=HINTS["runs"], min_width=200)
+            compare_b = gr.Button("Run both", variant="primary", min_width=130)
+            stop_b = gr.Button("Stop comparison", variant="stop", min_width=130)
         view = {"badge": gr.Markdown("Runs verifier-only and speculative decoding on the same settings, round for "
                                      "round in turn (with the tree drafter: verifier only, a chain and the tree).")}
         alert = gr.Markdown(elem_classes=["spec-alert"])

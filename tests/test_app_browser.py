@@ -96,6 +96,16 @@ def fill(pg, prompt=FIB, k=4, temperature=0, max_new_tokens=12):
     pg.get_by_label("Max new tokens").fill(str(max_new_tokens))
 
 
+def meet(a: dict, b: dict) -> bool:
+    """Whether two bounding boxes overlap (by more than half a pixel)."""
+    return not (a["x"] + a["width"] <= b["x"] + 0.5 or b["x"] + b["width"] <= a["x"] + 0.5 or
+                a["y"] + a["height"] <= b["y"] + 0.5 or b["y"] + b["height"] <= a["y"] + 0.5)
+
+
+def inside(box: dict, viewport: dict) -> bool:
+    return box["x"] >= 0 and box["x"] + box["width"] <= viewport["width"]
+
+
 def visible_plots(pg) -> int:
     return sum(p.is_visible() for p in pg.locator(".js-plotly-plot").all())
 
@@ -237,8 +247,7 @@ def test_the_tree_drafter_draws_its_tree_its_sibling_tests_and_its_mask(page, ar
     assert len(boxes) >= drafted + 1                              # the root, the nodes and the token that ends it
     for i, a in enumerate(boxes):                                 # as drawn: no two node boxes meet
         for b in boxes[i + 1:]:
-            assert (a["x"] + a["width"] <= b["x"] + 0.5 or b["x"] + b["width"] <= a["x"] + 0.5 or
-                    a["y"] + a["height"] <= b["y"] + 0.5 or b["y"] + b["height"] <= a["y"] + 0.5), (a, b)
+            assert not meet(a, b), (a, b)
     for g in page.locator(".spec-tree .tree-node").all():         # every token's text inside its box
         assert g.evaluate("g => [...g.querySelectorAll('text')].every(t => t.getBoundingClientRect().right <= "
                           "g.querySelector('rect').getBoundingClientRect().right + 0.5)")
@@ -372,8 +381,16 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
     try:
         for name in ("Step through", "Run", "Compare"):
             box = pg.get_by_role("tab", name=name).bounding_box()
-            assert box and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], name
+            assert box and inside(box, PHONE), name
         expect(pg.get_by_role("textbox", name=re.compile(r"^Prompt"))).not_to_be_in_viewport()  # the sidebar starts closed
+        toggle, legend = pg.get_by_role("button", name="Toggle Sidebar"), pg.locator(".spec-legend")
+        assert not meet(toggle.bounding_box(), legend.bounding_box())
+        legend.evaluate("e => e.scrollIntoView({block: 'start'})")  # the toggle stays put as the page scrolls
+        assert not meet(toggle.bounding_box(), legend.bounding_box())
+        pg.evaluate("window.scrollTo(0, 0)")
+        about = pg.get_by_role("button", name="Models, precision and parameter counts")
+        arrow, label = about.locator(".icon").bounding_box(), about.locator("span").first.bounding_box()
+        assert arrow["width"] >= 8 and inside(arrow, PHONE) and not meet(arrow, label)  # its arrow is seen
         cdp = pg.context.new_cdp_session(pg)                      # each step button's label in one font, not two
         root = cdp.send("DOM.getDocument")["root"]["nodeId"]
         cdp.send("CSS.enable")
@@ -409,6 +426,11 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
             assert title["x"] >= box["x"] - 1 and title["x"] + title["width"] <= box["x"] + box["width"] + 1
         assert pg.evaluate(wide) <= PHONE["width"]
         pg.screenshot(path=artifacts / "app-run-400px.png", full_page=True)
+        pg.get_by_role("tab", name="Compare").click()
+        for name in ("Run both", "Stop comparison"):               # whole, and their labels inside them
+            button = pg.get_by_role("button", name=name)
+            assert inside(button.bounding_box(), PHONE), name
+            assert button.evaluate("b => b.scrollWidth <= b.clientWidth"), name
     finally:
         pg.context.close()
 

@@ -12,6 +12,7 @@ import pytest
 import tiny
 from specdec import DecodeConfig, Generation, ModelChoice, SamplingConfig, TraceFile
 from specdec.render import DASH, PHASE_NAMES, TOKEN_KINDS, first_difference, output_text, plural, segments
+from specdec.render_tree import TREE_HEADERS
 from specdec.trace import PHASES, REJECTED, RESAMPLED
 from specdec_ui import charts
 from specdec_ui import handlers as h
@@ -551,6 +552,8 @@ def test_a_tree_round_is_drawn_tested_and_masked_phase_by_phase(tree_loader):
     tested = sorted((j for j, n in enumerate(nodes) if n.status in ("accepted", "rejected")),
                     key=lambda j: (nodes[j].depth, j))
     assert [st for st, _, _ in rows] == [nodes[j].status for j in tested] + [r.next_kind]
+    for _, _, cells in rows:  # each value names its column, for the cards a narrow screen shows
+        assert [html_text(c) for c in re.findall(r'<td[^>]* data-label="([^"]*)"', cells)] == TREE_HEADERS[1:]
     for (_, _, cells), j in zip(rows, tested):
         cells = [html_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", cells)]
         assert cells[1] == f"{j}: {nodes[j].text!r}" and float(cells[5]) == pytest.approx(nodes[j].ratio, abs=1e-3)
