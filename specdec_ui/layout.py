@@ -39,9 +39,12 @@ NOTEBOOK_LINES = {
     "05_runtime_vs_algorithm": "the same models in llama.cpp: when a verification costs about one step",
     "06_token_trees": "token trees: the draft's second guess, the tree rule by hand, the mask, when trees pay here",
 }
-# Every kind of token has a colour and a second cue: rejected drafts are struck through (<del>),
-# resampled tokens have a dashed underline, bonus tokens a double one, accepted drafts a solid one,
-# verifier-only tokens none. Whitespace markers are CSS content: seen, never copied.
+# Every kind of token has a colour and a second cue: rejected drafts are a red pin between characters
+# (or, inline, struck through: <del>), resampled tokens have a dashed underline, bonus tokens a double
+# one, accepted drafts a solid one, verifier-only tokens none. Whitespace markers are CSS content: seen
+# on request, never copied.
+PIN = ("linear-gradient(#b91c1c, #b91c1c) 50% 0 / 2px 100% no-repeat, "
+       "radial-gradient(circle at 50% 3px, #b91c1c 3px, transparent 3.5px)")  # a line with a round head
 CSS = f"""
 .spec-tokens, .spec-plain {{ line-height: 1.9; white-space: pre-wrap; font-family: ui-monospace, Menlo, Consolas,
   monospace; font-size: 14px; margin: 0; color: #111827; }}
@@ -58,13 +61,39 @@ CSS = f"""
 .tok-resampled {{ background: {COLORS['resampled']}; border-bottom: 2px dashed #92400e; }}
 .tok-bonus {{ background: {COLORS['bonus']}; border-bottom: 4px double #1e40af; }}
 .tok-plain {{ background: {COLORS['plain']}; }}
-body.hide-rejected .tok-rejected {{ display: none; }}
+/* rejected drafts as markers (the default): the draft's text is hidden and a red pin, wider to the
+   pointer than to the eye, stands on the boundary where it was replaced; it adds no width. Gradio
+   repeats every rule under its container's classes, which outranks a rule scoped by the page's
+   class: the switch's overrides are !important */
+body:not(.rejected-inline) .spec-tokens .tok-rejected {{ background: none !important; text-decoration: none !important;
+  padding: 0 !important; margin: 0 !important; vertical-align: baseline !important; font-size: inherit !important;
+  line-height: inherit !important; }}
+body:not(.rejected-inline) .spec-tokens .tok-rejected .rej-text {{ display: none; }}
+body:not(.rejected-inline) .spec-tokens .tok-rejected::before,
+body:not(.rejected-inline) .spec-legend .tok-rejected::before {{ content: ""; position: absolute; left: -5px;
+  width: 10px; top: -0.1em; bottom: -0.1em; z-index: 1; background: {PIN}; cursor: help; }}
+body:not(.rejected-inline) .spec-tokens .tok-rejected:focus {{ outline: none !important; }}
+body:not(.rejected-inline) .spec-tokens .tok-rejected:focus::before {{ outline: 3px solid #1d4ed8; }}
+body:not(.rejected-inline) .spec-legend .tok-rejected {{ background: none !important; text-decoration: none !important;
+  padding-left: 14px !important; }}
+body:not(.rejected-inline) .spec-legend .tok-rejected::before {{ left: 1px; }}
 .sp, .tab, .nl {{ position: relative; }}
-.sp::before {{ content: "·"; position: absolute; left: 0; right: 0; text-align: center; color: #6b7280; }}
+:is(.show-whitespace, .tok-rejected) .sp::before {{ content: "·"; position: absolute; left: 0; right: 0;
+  text-align: center; color: #6b7280; }}
+:is(.show-whitespace, .tok-rejected) .tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
+:is(.show-whitespace, .tok-rejected) .nl::before {{ content: "↵"; color: #6b7280; }}
 .tok-rejected .sp::before, .tok-rejected .tab::before {{ position: static; }}
-.tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
-.nl::before {{ content: "↵"; color: #6b7280; }}
 .spec-legend, .spec-ready {{ font-size: 13px; margin: 0; }}
+/* the legend, then the text switches where they fit, as words: no boxes, small pills */
+.spec-key {{ align-items: center; flex-wrap: wrap !important; row-gap: 4px; }}
+.spec-key > .block {{ flex: 0 0 auto !important; min-width: 0 !important; }}
+.spec-key :is(.block, .form) {{ border: none !important; box-shadow: none !important; padding: 0 !important;
+  background: none !important; }}
+.spec-key > .block:first-child {{ flex: 1 1 300px !important; min-width: min(300px, 100%) !important; }}
+.spec-key fieldset.block {{ display: flex; flex-wrap: wrap; align-items: center; gap: 4px 8px; }}
+.spec-key fieldset [data-testid="block-info"] {{ margin: 0; font-size: 13px; color: #111827; }}
+.spec-key fieldset label {{ padding: 2px 8px !important; font-size: 13px; }}
+.spec-key .checkbox-container {{ font-size: 13px; }}
 /* an accordion's arrow keeps its size beside a label that wraps (at 400 px it was squeezed away);
    the two accordions stack on a narrow screen */
 .label-wrap .icon {{ flex-shrink: 0; align-self: center; margin-left: 8px; }}
@@ -173,7 +202,9 @@ COLUMN_MIN_WIDTH = 280  # three Compare columns side by side beside the open sid
 CLOSE_SIDEBAR_WHEN_NARROW = """() => setTimeout(() => {
   if (window.innerWidth < 900) document.querySelector('.sidebar.open .toggle-button')?.click();
 }, 300)"""
-SHOW_REJECTED = "(show) => { document.body.classList.toggle('hide-rejected', !show); }"
+# The page-wide switches toggle a class on the page, so no text is sent again.
+REJECTED_DRAFTS = "(how) => { document.body.classList.toggle('rejected-inline', how === 'inline'); }"
+SHOW_WHITESPACE = "(show) => { document.body.classList.toggle('show-whitespace', show); }"
 # A message at a field the sidebar has scrolled away from (a long form, a phone) is brought into
 # view once the sidebar has opened.
 SHOW_FIELD_ERROR = ("() => setTimeout(() => document.querySelector('.field-error')?.scrollIntoView({block: 'nearest'}), "
@@ -206,11 +237,14 @@ def _header(loader: Loader) -> tuple:
             info = gr.Markdown(_info(loader))
         with gr.Accordion("Notebooks: the same lessons, measured", open=False):
             gr.Markdown(_notebooks())
-    with gr.Row(equal_height=True):
+    with gr.Row(elem_classes=["spec-key"]):
         gr.HTML(legend_html())
-        # one switch for every tab: it toggles a class on the page, so the text is not re-sent
-        show_rejected = gr.Checkbox(True, label="show rejected drafts", container=False, min_width=160, scale=0)
-    show_rejected.change(None, show_rejected, None, js=SHOW_REJECTED)
+        # switches for every tab's text, each as wide as its words (the CSS's .spec-key)
+        rejected = gr.Radio([("as markers", "markers"), ("inline", "inline")], value="markers",
+                            label="Rejected drafts:")
+        whitespace = gr.Checkbox(False, label="show whitespace as · → ↵", container=False)
+    rejected.change(None, rejected, None, js=REJECTED_DRAFTS)
+    whitespace.change(None, whitespace, None, js=SHOW_WHITESPACE)
     return info, progress, gr.Timer(0.5)
 
 
@@ -290,9 +324,10 @@ def _step_tab(loader, session, form, sidebar) -> list:
 
 
 def _text_views(prefix: str) -> tuple:
-    gr.Markdown("**Text by origin** — hover over or tab to a token for its numbers")
+    gr.Markdown("**Text by origin** — hover over or tab to a token, or to a red pin (a rejected draft), for its "
+                "numbers")
     text = gr.HTML('<div class="spec-tokens spec-empty">No tokens yet.</div>')
-    with gr.Accordion("Plain text (whitespace shown as · ↵ →; Copy copies the text itself)", open=False):
+    with gr.Accordion("Plain text (Copy copies the text itself)", open=False):
         plain = gr.HTML(plain_html(""), elem_id=f"{prefix}-plain")
         copy = gr.Button("Copy text", size="sm")
     copy.click(None, None, None, js=f"() => navigator.clipboard.writeText("

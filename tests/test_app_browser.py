@@ -263,14 +263,27 @@ def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(pag
         expect(page.get_by_text(re.compile(r"^Finished \("))).to_be_visible()
         if page.locator(".spec-tokens del.tok-rejected .nl").count():
             break
-    chips = page.locator(".spec-tokens del.tok-rejected")
+    drafts = page.locator(".spec-tokens del.tok-rejected")
     assert page.locator(".spec-tokens del.tok-rejected .nl").count(), "no rejected line break in 4 seeds"
-    assert all("\n" not in t for t in chips.all_inner_texts())   # a chip adds no line break
-    page.get_by_text("Plain text (whitespace shown as").filter(visible=True).first.click()
+    page.get_by_text("Plain text (Copy copies").filter(visible=True).first.click()
     plain = page.locator("#run-plain pre").text_content()
-    page.get_by_label("show rejected drafts").uncheck()
-    assert page.locator(".spec-tokens").filter(visible=True).first.inner_text() == plain  # kept text = output
-    page.get_by_label("show rejected drafts").check()
+    text = page.locator(".spec-tokens").filter(visible=True).first
+    # by default a rejected draft is a pin on the boundary it lost: no width, its text not in the line
+    assert text.inner_text() == plain                             # the text reads as the output, exactly
+    assert all(d.bounding_box() is None or d.bounding_box()["width"] < 0.5 for d in drafts.all())
+    assert all("gradient" in d.evaluate("e => getComputedStyle(e, '::before').backgroundImage") for d in drafts.all())
+    drafts.first.focus()                                          # and tells its story on focus
+    assert "not in the output; the token after it took its place" in drafts.first.evaluate(FOCUS_BOX)
+    whitespace = page.locator("#run-plain .sp").first              # real whitespace, markers on request
+    assert whitespace.evaluate("e => getComputedStyle(e, '::before').content") == "none"
+    page.get_by_label("show whitespace as · → ↵").check()
+    page.wait_for_function("document.body.classList.contains('show-whitespace')")
+    assert whitespace.evaluate("e => getComputedStyle(e, '::before').content") == '"·"'
+    assert page.locator("#run-plain pre").inner_text() == plain  # what Copy copies: the text, no markers
+    page.get_by_label("show whitespace as · → ↵").uncheck()
+    page.get_by_role("radio", name="inline").check()              # inline: struck through, small, apart
+    page.wait_for_function("document.body.classList.contains('rejected-inline')")
+    assert all("\n" not in t for t in drafts.all_inner_texts())   # a draft adds no line break
     shown = tokens(page)
     styles = {t.get_attribute("class"): t.evaluate(
         "e => { const s = getComputedStyle(e); return [s.backgroundColor, parseFloat(s.borderBottomWidth) ? "
@@ -280,6 +293,8 @@ def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(pag
             "tok tok-plain": "none"}  # verifier only (a round with nothing drafted): the one kind without a mark
     for cls, (_, border, decoration) in styles.items():  # a second cue besides colour for every other kind
         assert border == cues[cls] if cls in cues else "line-through" in decoration, (cls, border, decoration)
+    page.get_by_role("radio", name="as markers").check()
+    page.wait_for_function("!document.body.classList.contains('rejected-inline')")
     assert all(t.evaluate(CONTRAST) >= 4.5 for t in shown[:10])
     shown[0].focus()                                              # focus shows the token's story
     assert "round 1, position 1" in shown[0].evaluate(FOCUS_BOX)
