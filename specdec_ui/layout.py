@@ -55,6 +55,10 @@ CSS = f"""
 .tok:focus::after, .tok:hover::after {{ content: attr(aria-label); position: absolute; left: 0; top: 1.7em; z-index: 20;
   width: max-content; max-width: min(340px, 80vw); white-space: normal; background: #111827; color: #ffffff;
   font: 12px/1.4 system-ui, sans-serif; padding: 4px 8px; border-radius: 4px; text-decoration: none; }}
+@media (max-width: 600px) {{  /* a phone: the story in a bar along the bottom, never cut by the screen's edge */
+  .tok:focus::after, .tok:hover::after {{ position: fixed; left: 8px; right: 8px; top: auto; bottom: 8px;
+    width: auto; max-width: none; }}
+}}
 .tok-accepted {{ background: {COLORS['accepted']}; border-bottom: 2px solid #15803d; }}
 .tok-rejected {{ background: {COLORS['rejected']}; text-decoration: line-through; font-size: 11px;
   vertical-align: super; line-height: 1; padding: 0 2px; margin: 0 1px; white-space: nowrap; }}
