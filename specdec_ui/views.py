@@ -109,9 +109,10 @@ class Replayed:
 
 
 def _whitespace(text: str, keep: bool = True) -> str:
-    """Escaped text whose spaces, tabs and newlines carry markers drawn by CSS (::before), so
-    the markers are seen but never copied. ``keep`` False drops the whitespace itself and keeps
-    only its markers: a rejected draft then adds no line break or indentation to the text."""
+    """Escaped text whose spaces, tabs and newlines carry markers drawn by CSS (::before), seen only
+    when the page's "show whitespace" box is ticked and never copied. ``keep`` False drops the
+    whitespace itself and keeps only its markers, always seen: a rejected draft shown inline then
+    adds no line break or indentation to the text."""
     out = escape(text)
     sp, tab, nl = (" ", "\t", "\n") if keep else ("", "", "")
     out = out.replace(" ", f'<span class="sp">{sp}</span>').replace("\t", f'<span class="tab">{tab}</span>')
@@ -122,10 +123,12 @@ def token_html(segs: list[Segment], detail: bool = True) -> str:
     """The text as one element per token: its kind as a class (colour plus a second cue), its
     story in ``aria-label``, which screen readers read and which CSS draws as a box on hover and
     on keyboard focus (one copy of the numbers per token keeps a long run's page light). A
-    rejected draft is a small raised chip inside ``<del>`` whose whitespace is drawn as markers
-    only, so the kept text keeps its exact layout; a checkbox above the text hides the chips.
-    ``detail`` False leaves out the stories (a run in progress: a quarter of the bytes to send
-    and lay out each second; the final view has them)."""
+    rejected draft is a ``<del>`` at the boundary where it was replaced, holding its text with
+    whitespace as markers only: by default CSS hides the text and draws a thin mark that takes no
+    width, so the kept text reads as text; the page's "rejected drafts" switch shows it inline,
+    struck through. Either way the kept text keeps its exact layout. ``detail`` False leaves out
+    the stories (a run in progress: a quarter of the bytes to send and lay out each second; the
+    final view has them)."""
     if not segs:
         return '<div class="spec-tokens spec-empty">No tokens yet.</div>'
     out = []
@@ -133,7 +136,7 @@ def token_html(segs: list[Segment], detail: bool = True) -> str:
         common = (f'class="tok tok-{s.label}" tabindex="0" aria-label="{escape(segment_detail(s), quote=True)}"'
                   if detail else f'class="tok tok-{s.label}"')
         if s.label == REJECTED:
-            out.append(f"<del {common}>{_whitespace(s.text, keep=False)}</del>")
+            out.append(f'<del {common}><span class="rej-text">{_whitespace(s.text, keep=False)}</span></del>')
             continue
         body = _whitespace(s.text) if not s.text.strip() else escape(s.text)
         out.append(f"<span {common}>{body}</span>")

@@ -6,12 +6,14 @@ import json
 import re
 from collections import Counter
 from dataclasses import fields, replace
+from html import escape
 
 import pytest
 
 import tiny
 from specdec import DecodeConfig, Generation, ModelChoice, SamplingConfig, TraceFile
 from specdec.render import DASH, PHASE_NAMES, TOKEN_KINDS, first_difference, output_text, plural, segments
+from specdec.render_tree import TREE_HEADERS
 from specdec.trace import PHASES, REJECTED, RESAMPLED
 from specdec_ui import charts
 from specdec_ui import handlers as h
@@ -50,10 +52,11 @@ def generation(pair, seed=0, temperature=1.0, drafter="model", top_k=0, top_p=1.
 
 
 def shown_tokens(html: str) -> list[tuple[str, str]]:
-    """(kind, text) of every token element of a token view."""
+    """(kind, text) of every token element of a token view (a rejected draft's text is inside it)."""
     import html as html_lib
-    return [(kind, html_lib.unescape(text)) for kind, text in
-            re.findall(r'<(?:span|del) class="tok tok-(\w+)"[^>]*>(.*?)</(?:span|del)>', html, re.S)]
+    return [(kind, html_lib.unescape(re.sub(r"<[^>]+>", "", text))) for kind, text in re.findall(
+        r'<(?:span|del) class="tok tok-(\w+)"[^>]*>(.*?)</(?:span|del)>(?=<(?:span|del) class="tok |</div>)', html,
+        re.S)]
 
 
 @pytest.mark.parametrize("seed,temperature,drafter,top_k,top_p", [
@@ -71,14 +74,14 @@ def test_labels_cover_the_output_text_exactly(pair, seed, temperature, drafter, 
 
 
 def visible_text(html: str) -> str:
-    """What a reader sees of a token view with the rejected chips hidden, as text: every
-    element but the ``<del>`` chips, tags dropped, entities decoded."""
+    """What a reader sees of a token view, rejected drafts as markers, as text: every element but
+    the ``<del>`` drafts, tags dropped, entities decoded."""
     import html as html_lib
     kept = re.sub(r"<del [^>]*>.*?</del>", "", html, flags=re.S)
     return html_lib.unescape(re.sub(r"<[^>]+>", "", kept))
 
 
-def test_rejected_tokens_are_chips_that_add_nothing_to_the_text(pair):
+def test_rejected_drafts_sit_at_the_boundary_they_lost_and_add_nothing_to_the_text(pair):
     gen = generation(pair, seed=1)
     segs = segments(gen.rounds)
     rejected = [i for i, s in enumerate(segs) if s.label == REJECTED]
@@ -89,31 +92,13 @@ def test_rejected_tokens_are_chips_that_add_nothing_to_the_text(pair):
         assert segs[i + 1].label == RESAMPLED and segs[i + 1].round == segs[i].round  # its replacement follows
         assert segs[i].p / segs[i].q < 1
     html = token_html(segs)
-    assert html.count("<del ") == len(rejected)  # struck by element, not by matching a colour
+    drafts = re.findall(r'<del class="tok tok-rejected" tabindex="0" aria-label="([^"]*)"><span class="rej-text">'
+                        r'(.*?)</span></del>', html, re.S)
+    assert len(drafts) == html.count("<del ") == len(rejected)  # struck by element, not by matching a colour
+    for (story, _), i in zip(drafts, rejected):  # the marker's story: the draft's text and why it is not there
+        assert story.startswith(escape(repr(segs[i].text), quote=True)) and "the token after it took its place" in story
     assert [s.label for s in segs] == [kind for kind, _ in shown_tokens(html)]
     assert visible_text(html) == gen.text
-
-
-def test_code_keeps_its_exact_layout_around_rejected_newlines():
-    """A rejected draft holding a newline and indentation must not break or indent the kept text."""
-    from specdec.render import Segment
-    kept = ["def", " fib", "(n", "):\n", "    ", "#", " Base", " cases", "\n", "    ", "i", ",", " j", " =", " 0",
-            ",", " 0", "\n"]
-    segs = []
-    for n, t in enumerate(kept):
-        if t in (" Base", " j"):  # the draft proposed a line break with indentation where the verifier did not
-            segs += [Segment("\n    ", REJECTED, n, 0, 0.1, 0.6), Segment(t, RESAMPLED, n, 0, 0.4)]
-        elif t == "\n":
-            segs += [Segment("\n\n", REJECTED, n, 0, 0.1, 0.5), Segment(t, RESAMPLED, n, 0, 0.5)]
-        else:
-            segs.append(Segment(t, "accepted", n, 0, 0.9, 0.9))
-    html = token_html(segs)
-    want = "".join(kept)
-    assert output_text(segs) == want and visible_text(html) == want
-    chips = re.findall(r"<del [^>]*>(.*?)</del>", html, re.S)
-    assert len(chips) == 4 and all("\n" not in c and " " not in re.sub(r"<[^>]+>", "", c) for c in chips)
-    assert all('class="nl"' in c for c in chips)  # the newline is shown, as a marker only
-    assert token_html(segs, detail=False).count("aria-label") == 0 and html.count("aria-label") == len(segs)
 
 
 def test_run_streams_live_views_then_a_full_one_with_a_trace(loader, monkeypatch):
@@ -616,6 +601,11 @@ def test_text_keeps_its_shape_with_visible_whitespace_that_is_never_copied(pair)
     plain = plain_html("a b\n\tc")
     assert plain == '<pre class="spec-plain">a<span class="sp"> </span>b<span class="nl"></span>\n' \
                     '<span class="tab">\t</span>c</pre>'
+    # the markers are drawn only on request (the page's "show whitespace" box), or where the whitespace
+    # itself is dropped (a rejected draft shown inline)
+    from specdec_ui.layout import CSS
+    drawn = [rule for rule in re.findall(r"([^{}]*)\{[^}]*content:", CSS) if re.search(r"\.(sp|tab|nl)::before", rule)]
+    assert drawn and all(".show-whitespace" in rule and ".tok-rejected" in rule for rule in drawn), drawn
 
 
 # ---- token trees (issue 16) -------------------------------------------------------------------
@@ -672,6 +662,8 @@ def test_a_tree_round_is_drawn_tested_and_masked_phase_by_phase(tree_loader):
     tested = sorted((j for j, n in enumerate(nodes) if n.status in ("accepted", "rejected")),
                     key=lambda j: (nodes[j].depth, j))
     assert [st for st, _, _ in rows] == [nodes[j].status for j in tested] + [r.next_kind]
+    for _, _, cells in rows:  # each value names its column, for the cards a narrow screen shows
+        assert [html_text(c) for c in re.findall(r'<td[^>]* data-label="([^"]*)"', cells)] == TREE_HEADERS[1:]
     for (_, _, cells), j in zip(rows, tested):
         cells = [html_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", cells)]
         assert cells[1] == f"{j}: {nodes[j].text!r}" and float(cells[5]) == pytest.approx(nodes[j].ratio, abs=1e-3)
