@@ -211,8 +211,9 @@ def _environment(settings: dict, reason: str) -> dict:
 
     from benchmarks.common import environment
     from specdec.precision import Precision
+    draft = settings.get("draft_precision")
     pair = SimpleNamespace(device=torch.device(settings["device"]),
-                           precision=Precision(settings["precision"], reason))
+                           precision=Precision.from_label(settings["precision"], reason), draft_precision=Precision.from_label(draft) if draft else None)
     return environment(pair)
 
 
