@@ -4,6 +4,7 @@ role and label, at a 1280x800 laptop size and at 400 px wide. The app's loader g
 test session. Screenshots go to test-artifacts/."""
 from __future__ import annotations
 
+import json
 import re
 import socket
 
@@ -447,6 +448,19 @@ def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(pag
     upload = page.get_by_text("Replay a downloaded trace (no models needed)")
     assert abs(message.bounding_box()["y"] - upload.bounding_box()["y"]) < 300     # at the upload box
     expect(page.get_by_text(re.compile(r"^Replayed a trace of \d+ rounds"))).to_be_visible()  # and nothing lost
+    data = json.loads(trace.read_text(encoding="utf-8"))          # a shared trace with one hostile field
+    data["rounds"][0]["positions"][0]["p"] = "abc"
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(data), encoding="utf-8")
+    page.locator("button[aria-label='Clear']").first.click()
+    with page.expect_file_chooser() as chooser:
+        page.get_by_role("button", name="Click to upload or drop files").click()
+    chooser.value.set_files(str(hostile))
+    said = page.get_by_text(re.compile(r"^Could not replay: hostile\.json: not a specdec trace file: "
+                                       r"rounds\[0\]\.positions\[0\]\.p must be a number in \[0, 1\] \(got 'abc'\)"))
+    expect(said).to_be_visible()                                  # the field and its rule, at the upload box
+    assert abs(said.bounding_box()["y"] - upload.bounding_box()["y"]) < 300
+    expect(page.get_by_text(re.compile(r"^Replayed a trace of \d+ rounds"))).to_be_visible()  # still nothing lost
 
 
 def test_a_bad_value_shows_its_message_at_the_field_until_it_is_fixed(page, artifacts):
