@@ -310,10 +310,10 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 view["table"] = gr.HTML()
                 view["cache"] = gr.Markdown()
             with gr.Column(min_width=320):
-                view["tree"] = gr.HTML(visible=False)
                 view["mask"] = gr.HTML(visible=False)
                 view["dist"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
                 view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+        view["tree"] = gr.HTML(visible=False)  # a tree round's tree: the page's whole width, wide trees scroll inside
         view["tests"] = gr.HTML(visible=False)  # a tree round's sibling tests: ten columns, the page's whole width
         view["text"], view["plain"] = _text_views("step")
         with gr.Accordion("Losslessness, seen: run the rule 10,000 times on this round", open=False):
@@ -321,25 +321,34 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 picker = gr.Dropdown([], value=None, label="Position to sample (the round's tested positions)",
                                      scale=3)
                 sample_b = gr.Button("Sample 10,000 times", size="sm", scale=1)
-            sample = {"summary": gr.Markdown("After **Accept/reject**, this runs the rule (no model) 10,000 times on "
-                                             "the position that decided the round; on a round with no rejection, on "
-                                             "the one where the argmax bug differs most, or on the one you pick."),
+            sample = {"summary": gr.Markdown(SAMPLE_INTRO),
                       "histogram": gr.Plot(visible=False, show_label=False)}
     outputs, show = _view_outputs(StepView, view, form, alert, sidebar)
 
     def fill_picker(s):
+        """The picker for the round on show; a sample of a round no longer on show is cleared."""
         choices, default = h.sample_positions(s)
-        return gr.update(choices=choices, value=default)
+        if not h.sample_is_stale(s):
+            return gr.update(choices=choices, value=default), gr.skip(), gr.skip()
+        s.sampled = None
+        return gr.update(choices=choices, value=default), SAMPLE_INTRO, gr.update(value=None, visible=False)
+    refill = dict(fn=fill_picker, inputs=session, outputs=[picker, sample["summary"], sample["histogram"]],
+                  show_progress="hidden")
     for action, button in buttons.items():
         button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs).then(
-            None, None, None, js=SHOW_FIELD_ERROR).then(fill_picker, session, picker, show_progress="hidden")
+            None, None, None, js=SHOW_FIELD_ERROR).then(**refill)
     # the real tree's shape into the sidebar, then its first round drafted (the change restarts the step-through)
-    real_tree_b.click(lambda: REAL_TREE, None, [form["tree_width"], form["tree_nodes"]], queue=False).then(
-        _streaming(show, partial(h.step, loader, "draft")), [session, *form.values()], outputs).then(
-        fill_picker, session, picker, show_progress="hidden")
+    real_tree_b.click(lambda: REAL_TREE, None, [form["tree_width"], form["tree_nodes"], form["confidence"]],
+                      queue=False).then(_streaming(show, partial(h.step, loader, "draft")), [session, *form.values()],
+                                        outputs).then(**refill)
     sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
     sample_b.click(lambda s, at: sample_show(h.sample(s, at)), [session, picker], sample_outputs)
     return [*buttons.values(), real_tree_b]
+
+
+SAMPLE_INTRO = ("After **Accept/reject**, this runs the rule (no model) 10,000 times on the position that decided the "
+                "round; on a round with no rejection, on the one where the argmax bug differs most, or on the one you "
+                "pick.")
 
 
 def _text_views(prefix: str) -> tuple:

@@ -86,11 +86,15 @@ def tests_html(r: RoundTrace, greedy: bool) -> str:
     """The rule's tests in the order it ran them, as an accessible table, and what its words mean.
     Each cell carries its column's name, which a narrow screen shows beside the value when it lays
     each test out as a card (ten columns do not fit 400 px)."""
-    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in TREE_HEADERS)
+    # at temperature 0 no u is drawn and no residual formed: those columns are left out, not dashed
+    keep = [i for i, h in enumerate(TREE_HEADERS) if not (greedy and h in ("u", "r after it (top 3)"))]
+    headers = [TREE_HEADERS[i] for i in keep]
+    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in headers)
     body = []
     for status, row in tree_test_rows(r, greedy):
+        row = [row[i] for i in keep]
         cells = "".join(f'<td class="{"dash" if c == DASH else ""}" data-label="{escape(h, quote=True)}">'
-                        f'{escape(str(c))}</td>' for h, c in zip(TREE_HEADERS[1:], row[1:]))
+                        f'{escape(str(c))}</td>' for h, c in zip(headers[1:], row[1:]))
         body.append(f'<tr class="row-{status}"><th scope="row">{row[0]}</th>{cells}</tr>')
     if greedy:
         note = ("At temperature 0 the test is whether the child is the verifier's argmax after its parent (ratio = "

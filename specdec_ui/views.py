@@ -157,9 +157,13 @@ def legend_html() -> str:
 def table_html(r: RoundTrace, phase: str) -> str:
     """The drafted tokens as an accessible table with the columns ``phase`` has revealed."""
     headers = ROW_HEADERS[:COLUMNS[phase]]
-    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in headers)
+    # at temperature 0 no u is drawn: the column is left out rather than filled with dashes
+    greedy = any(pos.tested for pos in r.positions) and all(pos.u is None for pos in r.positions if pos.tested)
+    keep = [i for i, h in enumerate(headers) if not (greedy and h == "u")]
+    head = "".join(f'<th scope="col">{escape(headers[i])}</th>' for i in keep)
     body = []
     for row, pos in zip(position_rows(r, phase), r.positions):
+        row = [row[i] for i in keep]
         cells = "".join(f'<td class="{"dash" if c == DASH else ""}">{escape(str(c))}</td>' for c in row[1:])
         status = pos.status if COLUMNS[phase] > 5 else "pending"
         body.append(f'<tr class="row-{status}"><th scope="row">{row[0]}</th>{cells}</tr>')
@@ -168,8 +172,7 @@ def table_html(r: RoundTrace, phase: str) -> str:
     if COLUMNS[phase] >= 5:
         notes.append("p(x): the verifier's, from its one forward, each assuming the drafts before it are kept")
     if COLUMNS[phase] > 5:
-        greedy = any(pos.tested for pos in r.positions) and all(pos.u is None for pos in r.positions if pos.tested)
-        notes.append("u: none at temperature 0, where a draft is kept iff it is the verifier's argmax (p/q = 1)"
+        notes.append("temperature 0: a draft is kept iff it is the verifier's argmax (p/q = 1), no draw is made"
                      if greedy else "u: the uniform draw; a draft is kept iff u ≤ p/q")
         if any(not pos.tested for pos in r.positions):
             notes.append("—: never tested, so no verdict numbers: its p assumed the drafts before it were kept, and "
@@ -187,7 +190,9 @@ GREEDY_TREE_BANNER = ("**Temperature 0: the rule has nothing to decide.** The wa
                       "0.8 to see the siblings tested in turn against the residual.")
 
 
-REAL_TREE = (2, 8)  # (W, N) of the "Draw a real tree" button: a tree on every machine, small enough to read
+# (W, N, draft confidence) of the "Draw a real tree" button: a tree on every machine, small enough to read;
+# confidence 0 so that every round grows to its N nodes (a threshold stops an unsure tree at its first level)
+REAL_TREE = (2, 8, 0.0)
 REAL_TREE_BUTTON = "Draw a real tree"
 
 
@@ -211,7 +216,8 @@ def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, f
     banner = (GREEDY_TREE_BANNER if tree_ran else GREEDY_BANNER) if greedy and drafter != "none" else ""
     real_tree = drafter == "tree" and shape is not None and shape[0] == 1
     if drafter == "tree" and shape is not None:
-        offer = (f" Press **{REAL_TREE_BUTTON}** to run W = {REAL_TREE[0]}, N = {REAL_TREE[1]} and see one."
+        offer = (f" Press **{REAL_TREE_BUTTON}** to run W = {REAL_TREE[0]}, N = {REAL_TREE[1]} (draft confidence 0, so "
+                 "that every round grows all its nodes) and see one."
                  if real_tree else "")
         banner = "\n\n".join(b for b in (shape_text(*shape) + offer, banner) if b)
     if r is None:

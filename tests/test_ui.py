@@ -732,11 +732,17 @@ def test_at_temperature_zero_no_view_shows_a_u_and_verdicts_speak_of_the_argmax(
     hovers = [h for t in view.ratio.data for h in (t.hovertext or [])]
     assert "draw u" not in names and not any("u = " in h for h in hovers)
     assert "rejected: not the verifier's argmax" in names and view.ratio.layout.yaxis.title.text == "min(1, p/q)"
+    assert '<th scope="col">u</th>' not in view.table                       # no column of dashes for a u never drawn
+    assert [t.name for t in view.dist.data] == ["p (verifier)", "q (draft)"]  # no residual: the argmax replaces it
+    assert "residual" not in view.dist.layout.title.text and "the verifier's argmax, replaces it" in \
+        view.dist.layout.title.text
     tree = step(tree_loader, "accept", Session(), tree_form(temperature=0.0))
     assert not any("u = " in tip for tip in tree_tips(tree))
+    assert '<th scope="col">u</th>' not in tree.tests and "r after it" not in tree.tests
     # above temperature 0 the draws are shown
     hot = step(loader, "accept", Session(), form(temperature=0.8, k=4))
     assert "draw u" in [t.name for t in hot.ratio.data] and "u_i ≤ p(x)/q(x)" in hot.explain
+    assert '<th scope="col">u</th>' in hot.table
 
 
 @pytest.mark.parametrize("field,value,said", [
@@ -799,8 +805,8 @@ def test_the_tree_drafter_says_which_shape_ran_and_why_and_offers_a_real_tree(tr
     final = list(h.run(tree_loader, Session(), defaults))[-1]
     assert "**The tree drafter ran the chain.** W = 1, N = 4" in final.status and REAL_TREE_BUTTON in final.status
     # the button's settings: the change restarts the step-through and the first round is a tree
-    width, nodes = REAL_TREE
-    tree = step(tree_loader, "draft", s, tree_form(tree_width=width, tree_nodes=nodes))
+    width, nodes, confidence = REAL_TREE
+    tree = step(tree_loader, "draft", s, tree_form(tree_width=width, tree_nodes=nodes, confidence=confidence))
     assert "changed: the step-through restarted from the prompt" in tree.status and s.walk.shown.tree is not None
     assert not tree.real_tree and "The tree drafter" not in tree.banner              # as the learner set it
     costs["verify"] = [57.0, 2.75]                                                    # Zen 4-like: rows are cheap
