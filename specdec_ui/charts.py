@@ -36,7 +36,9 @@ def _layout(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", *
                       height=height + 20 * max(0, entries - 2), template="plotly_white",
                       margin=dict(l=60, r=20, t=30, b=10), **kw)
     fig.update_layout(legend=dict(orientation="h", x=0.01, xref="container", y=0, yref="container",
-                                  yanchor="bottom", font=dict(size=11)))
+                                  yanchor="bottom", font=dict(size=11)),
+                      # plotly's toolbar upright at the right edge, where it covers no title, with its PNG button
+                      modebar=dict(orientation="v", remove=["lasso2d", "select2d", "autoScale2d"]))
     return fig
 
 
@@ -206,8 +208,9 @@ def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
     fig = go.Figure([go.Scatter(x=grid, y=[tokens_per_round_drafted(a, drafted) for a in grid], mode="lines",
                                 name=name, line_color="#6b7280")])
     if rounds:
-        fig.add_trace(go.Scatter(x=s.running_a, y=s.running_tokens, mode="lines+markers", name="measured, by round",
-                                 line=dict(color="#2563eb", width=1), marker=dict(size=5)))
+        # points, not a line: joined in time order they would read as a curve over a
+        fig.add_trace(go.Scatter(x=s.running_a, y=s.running_tokens, mode="markers", name="measured, after each round",
+                                 marker=dict(size=6, color="#2563eb", opacity=0.6)))
         fig.add_trace(go.Scatter(x=s.running_a[-1:], y=s.running_tokens[-1:], mode="markers", name="now",
                                  marker=dict(color="#dc2626", size=12)))
     return _layout(fig, "Tokens per round against the theory",

@@ -37,6 +37,8 @@ REFRESH_S, REFRESH_TOKENS = 1.0, 128
 MAX_RUNS = 5
 MAX_TRACE_BYTES = 50 * 2**20
 SAMPLES = 10_000
+STOPPED_COMPARE = ("**Stopped.** The figures below are of the rounds each side ran before the stop: partial runs, "
+                   "not a comparison (no speed-up is given). Press **Run both** for a whole one.")
 FLAT_TV = 0.01  # below this exact total variation the bug's histogram cannot be told from p's by eye
 
 
@@ -436,4 +438,4 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
     stopped = session.stop or any(g.stop_reason == "cancelled" for g in gens)
     differences = {} if stopped or not greedy else _differences(loader.pair, pairs)
     final = compare_view(pairs, settings, not stopped, final=True, differences=differences)
-    yield replace(final, badge="Stopped.") if stopped else final
+    yield replace(final, badge=STOPPED_COMPARE) if stopped else final

@@ -138,7 +138,9 @@ def token_html(segs: list[Segment], detail: bool = True) -> str:
         if s.label == REJECTED:
             out.append(f'<del {common}><span class="rej-text">{_whitespace(s.text, keep=False)}</span></del>')
             continue
-        body = _whitespace(s.text) if not s.text.strip() else escape(s.text)
+        # every space can carry its marker (drawn on request): the final view's; the live one marks
+        # only whitespace-only tokens, a lighter page to send and lay out each second
+        body = _whitespace(s.text) if detail or not s.text.strip() else escape(s.text)
         out.append(f"<span {common}>{body}</span>")
     return '<div class="spec-tokens">' + "".join(out) + "</div>"
 
