@@ -142,8 +142,9 @@ def warm_up(pair) -> None:
     models), so that the first forward through the weights (mapped from the cache, read in on first
     touch) and the kernels' first calls are paid while loading, not by the learner's first round."""
     from specdec import DecodeConfig
-    cfg = DecodeConfig(max_new_tokens=4, k=3, confidence=0.0, ignore_eos=True)
-    Generation.from_prompt(pair, "Hello", cfg, "model" if pair.draft is not None else "none").run()
+    cfg = DecodeConfig(max_new_tokens=48, ignore_eos=True)
+    Generation.from_prompt(pair, "Write a Python function that adds two numbers.", cfg,
+                           "model" if pair.draft is not None else "none").run()
 
 
 class Worker:
