@@ -265,3 +265,24 @@ def test_mix_uniform_is_a_distribution():
         m = mix_uniform(q, e)
         assert torch.allclose(m.sum(-1), torch.ones(3)) and (m >= 0).all()
     assert torch.allclose(mix_uniform(q, 1.0), torch.full((3, 50), 1 / 50))
+
+
+# ---- the one cost fit, the one noise bound, the figures' data ----------------------------------
+
+def test_the_cost_fit_the_bound_and_the_round_timeline_by_hand():
+    from specdec.costfit import fit_line
+    from specdec.experiment import overlap, tv_distance, tv_noise_bound
+    from specdec.theory import round_timeline
+    assert fit_line([1, 2, 3], [3.0, 5.0, 7.0]) == pytest.approx((1.0, 2.0))             # t(L) = 1 + 2 L exactly
+    assert fit_line([1, 1, 3, 3], [2.0, 4.0, 6.0, 8.0]) == pytest.approx((1.0, 2.0))     # repeated rows: every point
+    assert fit_line([5, 5], [2.0, 4.0]) == (3.0, 0.0)                                   # no spread in L: flat, the mean
+    with pytest.raises(ValueError, match="as many rows as times"):
+        fit_line([1, 2], [1.0])
+    p, q = torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.25, 0.25, 0.5])
+    shared, residual, excess, beta = overlap(p, q)
+    assert torch.equal(shared + residual, p) and torch.equal(shared + excess, q) and beta == 0.5
+    assert tv_distance(p, q) == pytest.approx(0.5) and tv_noise_bound(torch.tensor([0.0, 1.0]), 10) == 0.0
+    assert tv_noise_bound(torch.tensor([0.5, 0.5]), 100) == pytest.approx(1.5 * 2 * 0.05)
+    steps = round_timeline(2, 0.25, 1.5)                  # 2 drafts at 0.25, a verification of 3 rows at 1.5: 2 steps
+    assert [(s[0], s[2], s[3]) for s in steps] == [("speculative", 0.0, 0.25), ("speculative", 0.25, 0.25),
+                                                   ("speculative", 0.5, 1.5), ("plain", 0.0, 1.0), ("plain", 1.0, 1.0)]

@@ -388,7 +388,7 @@ def test_the_verify_text_says_what_the_forward_cost_here_with_the_numbers_given(
     r = replace(s.walk.shown, times=replace(s.walk.shown.times, verify=0.052))
     text = explain(r, "verify", step_fit=(31.0, 4.1))
     assert "Reading 5 positions at once took 52 ms here, against about 35 ms for a one-token step on this machine " \
-           "(fitted a + b·L = 31 + 4.1 ms/row), so v(K) = 1.48 steps: cheaper than 5 single steps, not free." in text
+           "(fitted t_f + t_r·L = 31 + 4.1 ms/row), so v(K) = 1.48 steps: cheaper than 5 single steps, not free." in text
     assert "ordinary step" not in text and "ordinary step" not in explain(r, "verify")
     assert "took 52 ms here (one measurement)" in explain(r, "verify") and "v(K)" not in explain(r, "verify")
     loader.step_fit = (2.0, 0.5)                                                # the page passes this machine's fit in
@@ -396,7 +396,7 @@ def test_the_verify_text_says_what_the_forward_cost_here_with_the_numbers_given(
         view = step(loader, "verify", Session(), form(k=4))
     finally:
         loader.step_fit = None
-    assert "fitted a + b·L = 2 + 0.5 ms/row" in view.explain
+    assert "fitted t_f + t_r·L = 2 + 0.5 ms/row" in view.explain
 
 
 def test_the_loader_times_this_machines_verifier_once_the_models_are_loaded(tree_loader, loader, monkeypatch):
