@@ -221,6 +221,10 @@ def test_count_definitions_on_a_scripted_run():
     s = summarize(gen.rounds, gen.prefill_s)
     assert (s.accepted, s.drafted, s.new_tokens, s.rounds) == (8, 10, 10, 3)
     assert acceptance(gen.rounds) == pytest.approx(8 / 9)  # kept / tested: the untested one does not count
+    # a_i = P(position i kept | position i reached and drafted), as the summary, notebook 03 and the sweep give it:
+    # positions 1 and 2 reached in all three rounds and kept; position 3 reached in rounds 1 (rejected) and 2
+    # (kept); position 4 only in round 2 (round 1's was after the rejection, round 3's after the stop token)
+    assert s.per_position_acceptance == (1.0, 1.0, 0.5, 1.0)
     text = summary_markdown(s, gen.rounds)
     assert "drafts kept / drafted = 8 / 10" in text and "drafts kept / tested = 8 / 9" in text
     assert "**3 rounds**, **4 verifier passes**" in text and "10 tokens / 3 rounds" in text
