@@ -47,9 +47,11 @@ def timeline_figure(k: int, c: float, v: float, a: float | None = None) -> go.Fi
                              marker=dict(color=colors[kind], line=dict(color="white", width=2)),
                              hovertext=f"{label}: {width:.2f} steps", hoverinfo="text"))
     total = k * c + v
-    title = f"One round: K = {k} drafts at c = {c:.2f}, then v(K) = {v:.2f}: {total:.2f} steps"
+    title = f"One round: K = {k} drafts at c = {c:.2f} each, then v(K) = {v:.2f}: {total:.2f} verifier-only steps"
     if a is not None:
-        title += f"; it emits E(a, K) = {tokens_per_round(a, k):.2f} tokens at a = {a:.2f}, plain decoding {total:.2f}"
+        title += (f"<br>it emits E(a, K) = {tokens_per_round(a, k):.2f} tokens on average at a = {a:.2f}; "
+                  f"plain decoding emits {total:.2f} in the same time")
     fig.update_layout(template="plotly_white", height=260, barmode="overlay", xaxis_title="time, in verifier-only steps",
-                      yaxis=dict(autorange="reversed"), title=title, margin=dict(l=110))
+                      yaxis=dict(autorange="reversed"), title=dict(text=title, font_size=14),
+                      margin=dict(l=110, t=80))
     return fig
