@@ -60,7 +60,7 @@ def segment_detail(s: Segment) -> str:
     if s.label == ACCEPTED:
         nums = f"p {s.p:.3g}, q {s.q:.3g}, p/q {s.ratio:.3g}: kept"
     elif s.label == REJECTED:
-        nums = f"p {s.p:.3g}, q {s.q:.3g}, p/q {s.ratio:.3g}: rejected, not in the output"
+        nums = f"p {s.p:.3g}, q {s.q:.3g}, p/q {s.ratio:.3g}: not in the output; the token after it took its place"
     elif s.label == RESAMPLED:
         nums = f"drawn from the residual norm(max(0, p − q)), probability {s.p:.3g}"
     elif s.label == BONUS:

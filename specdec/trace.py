@@ -260,8 +260,10 @@ class TraceFile:
                        float(data["summary"]["prefill_s"]), str(data["text"]), data.get("stop_reason"))
         except RecursionError:  # nesting deeper than any trace: json gives up rather than overflow
             raise ValueError("not a specdec trace file (nested too deeply)") from None
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"not a specdec trace file ({type(e).__name__}: {e})") from None
+        except KeyError as e:
+            raise ValueError(f"not a specdec trace file: it has no field {e}") from None
+        except (ValueError, TypeError, AttributeError) as e:  # the field checks below name the field and the rule
+            raise ValueError(f"not a specdec trace file: {e}") from None
 
 
 # ---- reading a trace back: every field checked against its declared type and range ------------

@@ -36,7 +36,9 @@ def _layout(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", *
                       height=height + 20 * max(0, entries - 2), template="plotly_white",
                       margin=dict(l=60, r=20, t=30, b=10), **kw)
     fig.update_layout(legend=dict(orientation="h", x=0.01, xref="container", y=0, yref="container",
-                                  yanchor="bottom", font=dict(size=11)))
+                                  yanchor="bottom", font=dict(size=11)),
+                      # plotly's toolbar upright at the right edge, where it covers no title, with its PNG button
+                      modebar=dict(orientation="v", remove=["lasso2d", "select2d", "autoScale2d"]))
     return fig
 
 
@@ -139,22 +141,26 @@ def distribution_figure(r: RoundTrace) -> go.Figure:
     pos = r.positions[i]
     cands = list(pos.candidates)
     xs = [_label(c.text) for c in cands]
-    mass = max(1.0 - pos.beta, 1e-12)  # the residual's total mass before normalising: 1 - sum min(p, q)
-    residual = [max(0.0, c.p - c.q) / mass for c in cands]
-    fig = go.Figure([
-        go.Bar(x=xs, y=[c.p for c in cands], name="p (verifier)", marker_color=P_COLOR),
-        go.Bar(x=xs, y=[c.q for c in cands], name="q (draft)", marker_color=Q_COLOR),
+    greedy = pos.u is None  # temperature 0: no draw, and the replacement is the verifier's argmax, not a residual
+    traces = [go.Bar(x=xs, y=[c.p for c in cands], name="p (verifier)", marker_color=P_COLOR),
+              go.Bar(x=xs, y=[c.q for c in cands], name="q (draft)", marker_color=Q_COLOR)]
+    if not greedy:
+        mass = max(1.0 - pos.beta, 1e-12)  # the residual's total mass before normalising: 1 - sum min(p, q)
+        residual = [max(0.0, c.p - c.q) / mass for c in cands]
         # one marker per token, no line: the tokens are categories, not points on a curve
-        go.Scatter(x=xs, y=residual, name="residual norm(max(0, p − q))", mode="markers",
-                   marker=dict(size=12, symbol="star", color=RESIDUAL_COLOR, line=dict(color="#ffffff", width=1))),
-    ])
-    _highlight(fig, [c.token_id for c in cands].index(pos.token_id), f"drafted x, p/q = {pos.ratio:.2f}")
+        traces.append(go.Scatter(x=xs, y=residual, name="residual norm(max(0, p − q))", mode="markers",
+                                 marker=dict(size=12, symbol="star", color=RESIDUAL_COLOR,
+                                             line=dict(color="#ffffff", width=1))))
+    fig = go.Figure(traces)
+    _highlight(fig, [c.token_id for c in cands].index(pos.token_id),
+               "drafted x, not the verifier's argmax" if greedy else f"drafted x, p/q = {pos.ratio:.2f}")
     title = f"Position {i + 1}: {_label(pos.text)} rejected"
-    subtitle = (f"{_label(r.next_token.text)} drawn from the residual; tokens: the top of p and of q, and x<br>"
+    subtitle = (f"temperature 0: p and q are one-hot; {_label(r.next_token.text)}, the verifier's argmax, replaces it"
+                if greedy else
+                f"{_label(r.next_token.text)} drawn from the residual; tokens: the top of p and of q, and x<br>"
                 f"β = Σ min(p, q) = {pos.beta:.2f}: the chance a draft from q is kept here")
-    fig = _layout(fig, title, subtitle=subtitle, barmode="group", yaxis=dict(range=[0, 1.12], title="probability"),
-                  height=400)
-    return fig
+    return _layout(fig, title, subtitle=subtitle, barmode="group", yaxis=dict(range=[0, 1.12], title="probability"),
+                   height=400)
 
 
 def _highlight(fig: go.Figure, index: int, label: str) -> None:
@@ -202,8 +208,9 @@ def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
     fig = go.Figure([go.Scatter(x=grid, y=[tokens_per_round_drafted(a, drafted) for a in grid], mode="lines",
                                 name=name, line_color="#6b7280")])
     if rounds:
-        fig.add_trace(go.Scatter(x=s.running_a, y=s.running_tokens, mode="lines+markers", name="measured, by round",
-                                 line=dict(color="#2563eb", width=1), marker=dict(size=5)))
+        # points, not a line: joined in time order they would read as a curve over a
+        fig.add_trace(go.Scatter(x=s.running_a, y=s.running_tokens, mode="markers", name="measured, after each round",
+                                 marker=dict(size=6, color="#2563eb", opacity=0.6)))
         fig.add_trace(go.Scatter(x=s.running_a[-1:], y=s.running_tokens[-1:], mode="markers", name="now",
                                  marker=dict(color="#dc2626", size=12)))
     return _layout(fig, "Tokens per round against the theory",

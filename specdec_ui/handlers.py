@@ -37,6 +37,8 @@ REFRESH_S, REFRESH_TOKENS = 1.0, 128
 MAX_RUNS = 5
 MAX_TRACE_BYTES = 50 * 2**20
 SAMPLES = 10_000
+STOPPED_COMPARE = ("**Stopped.** The figures below are of the rounds each side ran before the stop: partial runs, "
+                   "not a comparison (no speed-up is given). Press **Run both** for a whole one.")
 FLAT_TV = 0.01  # below this exact total variation the bug's histogram cannot be told from p's by eye
 
 
@@ -167,9 +169,15 @@ def sample_positions(session: Session) -> tuple[list[tuple[str, int]], int | Non
         return [], None
     tvs = _bug_tvs(r)
     default = _default_position(r, tvs)
-    why = "decided the round" if r.rejected_at is not None else "the bug differs most"
-    return [(f"{i}: {r.positions[i - 1].text!r}, {r.positions[i - 1].status}, the bug's TV {tv:.3f}"
-             + (f" ({why})" if i == default else ""), i) for i, tv in tvs.items()], default
+    why = ("decided the round" if r.rejected_at is not None else
+           "the bug differs most" if tvs[default] >= FLAT_TV else "")  # a TV of 0.000 "differs" from nothing
+    return [(f"{i}: {r.positions[i - 1].text!r}, {r.positions[i - 1].status}, the bug's exact TV {tv:.3f}"
+             + (f" ({why})" if i == default and why else ""), i) for i, tv in tvs.items()], default
+
+
+def sample_is_stale(session: Session) -> bool:
+    """The sampler's result on the page belongs to a round no longer on show."""
+    return session.sampled is not None and session.sampled is not _sampled_round(session)
 
 
 def _why_no_rejection(r, greedy: bool) -> str:
@@ -235,11 +243,13 @@ def sample(session: Session, position=None) -> SampleView | Problem:
         lines.append("\nAt temperature 0 p and q are one-hot, so the argmax draft *is* a sample of q and both agree at "
                      "every position: set a temperature such as 0.8 to see the bug land off p.")
     elif tvs[i] < 3 * noise:
-        lines.append("\n**Why no difference here:** the bug always drafts q's top token x*. Where q is (nearly) "
+        title = "Why no difference here" if tvs[i] < FLAT_TV else f"Why the difference is small here ({tvs[i]:.3f})"
+        lines.append(f"\n**{title}:** the bug always drafts q's top token x*. Where q is (nearly) "
                      "one-hot, that argmax *is* a sample of q; where p is (nearly) one-hot on x*, the rule keeps x* "
                      "every time, just as p would emit it. Either way the bug emits what p emits. It shows where q is "
                      "spread out and p is not sure of x*: p ≈ q is not enough (with p = q = (0.5, 0.5) the bug emits "
                      "x* every time, 0.5 away from p).")
+    session.sampled = r
     return SampleView(summary="\n".join(lines), histogram=charts.histogram_figure(h))
 
 
@@ -299,7 +309,8 @@ def _run_shape(gen: Generation) -> str:
     """The shape the tree drafter chose and why, for the Run tab's status."""
     w, n = gen.cfg.tree_width, gen.cfg.tree_nodes
     offer = (f" To see a real tree, press **{REAL_TREE_BUTTON}** in the Step through tab: it sets Tree width W = "
-             f"{REAL_TREE[0]} and Tree nodes N = {REAL_TREE[1]} in the sidebar." if w == 1 else "")
+             f"{REAL_TREE[0]}, Tree nodes N = {REAL_TREE[1]} and draft confidence {REAL_TREE[2]:g} in the sidebar." if w == 1
+             else "")
     return " " + shape_text(w, n, gen.tree_shape) + offer
 
 
@@ -427,4 +438,4 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
     stopped = session.stop or any(g.stop_reason == "cancelled" for g in gens)
     differences = {} if stopped or not greedy else _differences(loader.pair, pairs)
     final = compare_view(pairs, settings, not stopped, final=True, differences=differences)
-    yield replace(final, badge="Stopped.") if stopped else final
+    yield replace(final, badge=STOPPED_COMPARE) if stopped else final

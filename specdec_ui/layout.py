@@ -39,9 +39,12 @@ NOTEBOOK_LINES = {
     "05_runtime_vs_algorithm": "the same models in llama.cpp: when a verification costs about one step",
     "06_token_trees": "token trees: the draft's second guess, the tree rule by hand, the mask, when trees pay here",
 }
-# Every kind of token has a colour and a second cue: rejected drafts are struck through (<del>),
-# resampled tokens have a dashed underline, bonus tokens a double one, accepted drafts a solid one,
-# verifier-only tokens none. Whitespace markers are CSS content: seen, never copied.
+# Every kind of token has a colour and a second cue: rejected drafts are a red pin between characters
+# (or, inline, struck through: <del>), resampled tokens have a dashed underline, bonus tokens a double
+# one, accepted drafts a solid one, verifier-only tokens none. Whitespace markers are CSS content: seen
+# on request, never copied.
+PIN = ("linear-gradient(#b91c1c, #b91c1c) 50% 0 / 2px 100% no-repeat, "
+       "radial-gradient(circle at 50% 3px, #b91c1c 3px, transparent 3.5px)")  # a line with a round head
 CSS = f"""
 .spec-tokens, .spec-plain {{ line-height: 1.9; white-space: pre-wrap; font-family: ui-monospace, Menlo, Consolas,
   monospace; font-size: 14px; margin: 0; color: #111827; }}
@@ -52,19 +55,55 @@ CSS = f"""
 .tok:focus::after, .tok:hover::after {{ content: attr(aria-label); position: absolute; left: 0; top: 1.7em; z-index: 20;
   width: max-content; max-width: min(340px, 80vw); white-space: normal; background: #111827; color: #ffffff;
   font: 12px/1.4 system-ui, sans-serif; padding: 4px 8px; border-radius: 4px; text-decoration: none; }}
+@media (max-width: 600px) {{  /* a phone: the story in a bar along the bottom, never cut by the screen's edge */
+  .tok:focus::after, .tok:hover::after {{ position: fixed; left: 8px; right: 8px; top: auto; bottom: 8px;
+    width: auto; max-width: none; }}
+}}
 .tok-accepted {{ background: {COLORS['accepted']}; border-bottom: 2px solid #15803d; }}
 .tok-rejected {{ background: {COLORS['rejected']}; text-decoration: line-through; font-size: 11px;
   vertical-align: super; line-height: 1; padding: 0 2px; margin: 0 1px; white-space: nowrap; }}
 .tok-resampled {{ background: {COLORS['resampled']}; border-bottom: 2px dashed #92400e; }}
 .tok-bonus {{ background: {COLORS['bonus']}; border-bottom: 4px double #1e40af; }}
 .tok-plain {{ background: {COLORS['plain']}; }}
-body.hide-rejected .tok-rejected {{ display: none; }}
+/* rejected drafts as markers (the default): the draft's text is hidden and a red pin, wider to the
+   pointer than to the eye, stands on the boundary where it was replaced; it adds no width. Gradio
+   repeats every rule under its container's classes, which outranks a rule scoped by the page's
+   class: the switch's overrides are !important */
+body:not(.rejected-inline) .spec-tokens .tok-rejected {{ background: none !important; text-decoration: none !important;
+  padding: 0 !important; margin: 0 !important; vertical-align: baseline !important; font-size: inherit !important;
+  line-height: inherit !important; }}
+body:not(.rejected-inline) .spec-tokens .tok-rejected .rej-text {{ display: none; }}
+body:not(.rejected-inline) .spec-tokens .tok-rejected::before,
+body:not(.rejected-inline) .spec-legend .tok-rejected::before {{ content: ""; position: absolute; left: -5px;
+  width: 10px; top: -0.1em; bottom: -0.1em; z-index: 1; background: {PIN}; cursor: help; }}
+body:not(.rejected-inline) .spec-tokens .tok-rejected:focus {{ outline: none !important; }}
+body:not(.rejected-inline) .spec-tokens .tok-rejected:focus::before {{ outline: 3px solid #1d4ed8; }}
+body:not(.rejected-inline) .spec-legend .tok-rejected {{ background: none !important; text-decoration: none !important;
+  padding-left: 14px !important; }}
+body:not(.rejected-inline) .spec-legend .tok-rejected::before {{ left: 1px; }}
 .sp, .tab, .nl {{ position: relative; }}
-.sp::before {{ content: "·"; position: absolute; left: 0; right: 0; text-align: center; color: #6b7280; }}
+:is(.show-whitespace, .tok-rejected) .sp::before {{ content: "·"; position: absolute; left: 0; right: 0;
+  text-align: center; color: #6b7280; }}
+:is(.show-whitespace, .tok-rejected) .tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
+:is(.show-whitespace, .tok-rejected) .nl::before {{ content: "↵"; color: #6b7280; }}
 .tok-rejected .sp::before, .tok-rejected .tab::before {{ position: static; }}
-.tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
-.nl::before {{ content: "↵"; color: #6b7280; }}
 .spec-legend, .spec-ready {{ font-size: 13px; margin: 0; }}
+/* the legend, then the text switches where they fit, as words: no boxes, small pills */
+.spec-key {{ align-items: center; flex-wrap: wrap !important; row-gap: 4px; }}
+.spec-key > .block {{ flex: 0 0 auto !important; min-width: 0 !important; }}
+.spec-key :is(.block, .form) {{ border: none !important; box-shadow: none !important; padding: 0 !important;
+  background: none !important; }}
+.spec-key > .block:first-child {{ flex: 1 1 300px !important; min-width: min(300px, 100%) !important; }}
+.spec-key fieldset.block {{ display: flex; flex-wrap: wrap; align-items: center; gap: 4px 8px; }}
+.spec-key fieldset [data-testid="block-info"] {{ margin: 0; font-size: 13px; color: #111827; }}
+.spec-key fieldset label {{ padding: 2px 8px !important; font-size: 13px; }}
+.spec-key .checkbox-container {{ font-size: 13px; }}
+/* an accordion's arrow keeps its size beside a label that wraps (at 400 px it was squeezed away);
+   the two accordions stack on a narrow screen */
+.label-wrap .icon {{ flex-shrink: 0; align-self: center; margin-left: 8px; }}
+@media (max-width: 600px) {{ .row.spec-about {{ flex-direction: column; }} }}
+/* an empty Markdown or HTML block takes no room, nor the gap around it: no blank band before results */
+.block:has(> div > .prose > span.md:empty), .block:has(> .html-container > .prose:empty) {{ display: none; }}
 .spec-legend .tok {{ margin-right: 6px; padding: 1px 4px; font-size: 13px; vertical-align: baseline; }}
 .field-error textarea, .field-error input {{ border-color: #b91c1c !important; }}
 .field-error .info, .field-error span[data-testid="block-info"] + div {{ color: #b91c1c !important; }}
@@ -82,7 +121,8 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
   border-radius: 4px; }}
 .spec-table {{ overflow-x: auto; }}
 .spec-table table {{ border-collapse: collapse; font-size: 13px; width: 100%; }}
-.spec-table th, .spec-table td {{ border-bottom: 1px solid #e5e7eb; padding: 3px 6px; text-align: left;
+.spec-table table, .spec-table tr {{ border: 0; }}  /* gradio's prose boxes every cell in a dark line */
+.spec-table th, .spec-table td {{ border: 0; border-bottom: 1px solid #e5e7eb; padding: 3px 6px; text-align: left;
   color: #111827; }}
 .spec-table caption {{ text-align: left; font-weight: 600; padding-bottom: 4px; color: #111827; }}
 .spec-table td.dash {{ color: #4b5563; }}
@@ -109,6 +149,21 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 @media (max-width: 600px) {{
   .spec-table table {{ font-size: 11px; }}
   .spec-table th, .spec-table td {{ padding: 2px 3px; }}
+  /* the sibling tests' ten columns do not fit: each test is a card, every value beside its column's
+     name (the header row stays for screen readers) */
+  .spec-tests table {{ font-size: 12px; }}
+  .spec-tests table, .spec-tests tbody, .spec-tests caption {{ display: block; }}
+  .spec-tests thead {{ position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); }}
+  .spec-tests tr {{ display: grid; grid-template-columns: 1fr 1fr; column-gap: 10px; padding: 4px 0 4px 6px;
+    border-bottom: 1px solid #e5e7eb; border-left: 4px solid #9ca3af; margin-bottom: 4px; }}
+  .spec-tests tr :is(th, td) {{ border: none !important; padding: 1px 0 !important; line-height: 1.35; }}
+  .spec-tests tr th {{ grid-column: 1 / -1; }}
+  .spec-tests td::before {{ content: attr(data-label) ": "; color: #4b5563; }}
+  .spec-tests td:is(:nth-child(6), :nth-child(9), :nth-child(10)) {{ grid-column: 1 / -1; }}
+  .spec-tests tr.row-accepted {{ border-left-color: #16a34a; }}
+  .spec-tests tr.row-rejected {{ border-left-color: #dc2626; }}
+  .spec-tests tr.row-resampled {{ border-left-color: #d97706; }}
+  .spec-tests tr.row-bonus {{ border-left-color: #2563eb; }}
 }}
 .spec-note {{ font-size: 12px; color: #374151; margin: 4px 0 0 0; }}
 .live-charts {{ display: flex; flex-wrap: wrap; gap: 16px; }}
@@ -131,7 +186,14 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 .race-name {{ flex: 0 0 110px; }}
 .race-bar {{ display: inline-block; height: 14px; border-radius: 2px; }}
 """ + charts.LIVE_CSS
-THEME = gr.themes.Default(primary_hue="blue").set(
+# Gradio's Source Sans Pro and IBM Plex Mono at weight 600 are subsets of a few letters: a semibold
+# label ("Accept/reject") drew its "A" in one font and the rest in another. Bold (700), a whole font,
+# serves every heavy weight instead.
+FONTS = dict(font=[gr.themes.LocalFont("Source Sans Pro", weights=(400, 700)), "ui-sans-serif", "system-ui",
+                   "sans-serif"],
+             font_mono=[gr.themes.LocalFont("IBM Plex Mono", weights=(400, 700)), "ui-monospace", "Consolas",
+                        "monospace"])
+THEME = gr.themes.Default(primary_hue="blue", **FONTS).set(
     # white text on these fills is at least 4.5:1 (WCAG AA): #1d4ed8 6.7:1, #b91c1c 6.5:1
     button_primary_background_fill="#1d4ed8", button_primary_background_fill_hover="#1e40af",
     button_primary_text_color="#ffffff", button_cancel_background_fill="#b91c1c",
@@ -144,7 +206,9 @@ COLUMN_MIN_WIDTH = 280  # three Compare columns side by side beside the open sid
 CLOSE_SIDEBAR_WHEN_NARROW = """() => setTimeout(() => {
   if (window.innerWidth < 900) document.querySelector('.sidebar.open .toggle-button')?.click();
 }, 300)"""
-SHOW_REJECTED = "(show) => { document.body.classList.toggle('hide-rejected', !show); }"
+# The page-wide switches toggle a class on the page, so no text is sent again.
+REJECTED_DRAFTS = "(how) => { document.body.classList.toggle('rejected-inline', how === 'inline'); }"
+SHOW_WHITESPACE = "(show) => { document.body.classList.toggle('show-whitespace', show); }"
 # A message at a field the sidebar has scrolled away from (a long form, a phone) is brought into
 # view once the sidebar has opened.
 SHOW_FIELD_ERROR = ("() => setTimeout(() => document.querySelector('.field-error')?.scrollIntoView({block: 'nearest'}), "
@@ -172,16 +236,19 @@ def build_demo(loader: Loader) -> gr.Blocks:
 def _header(loader: Loader) -> tuple:
     gr.Markdown(INTRO)
     progress = gr.HTML(_progress_html(loader))
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=True, elem_classes=["spec-about"]):
         with gr.Accordion("Models, precision and parameter counts", open=False):
             info = gr.Markdown(_info(loader))
         with gr.Accordion("Notebooks: the same lessons, measured", open=False):
             gr.Markdown(_notebooks())
-    with gr.Row(equal_height=True):
+    with gr.Row(elem_classes=["spec-key"]):
         gr.HTML(legend_html())
-        # one switch for every tab: it toggles a class on the page, so the text is not re-sent
-        show_rejected = gr.Checkbox(True, label="show rejected drafts", container=False, min_width=160, scale=0)
-    show_rejected.change(None, show_rejected, None, js=SHOW_REJECTED)
+        # switches for every tab's text, each as wide as its words (the CSS's .spec-key)
+        rejected = gr.Radio([("as markers", "markers"), ("inline", "inline")], value="markers",
+                            label="Rejected drafts:")
+        whitespace = gr.Checkbox(False, label="show whitespace as · → ↵", container=False)
+    rejected.change(None, rejected, None, js=REJECTED_DRAFTS)
+    whitespace.change(None, whitespace, None, js=SHOW_WHITESPACE)
     return info, progress, gr.Timer(0.5)
 
 
@@ -235,17 +302,18 @@ def _step_tab(loader, session, form, sidebar) -> list:
             alert = gr.Markdown(elem_classes=["spec-alert"])
         view["banner"] = gr.Markdown()
         with gr.Column(visible=False) as view["real_tree"]:  # when the tree drafter ran the chain
-            real_tree_b = gr.Button(REAL_TREE_BUTTON, size="sm", variant="primary")
+            with gr.Row():
+                real_tree_b = gr.Button(REAL_TREE_BUTTON, size="sm", variant="primary", scale=0, min_width=180)
         with gr.Row():
             with gr.Column(min_width=320):
                 view["explain"] = gr.Markdown()
                 view["table"] = gr.HTML()
                 view["cache"] = gr.Markdown()
             with gr.Column(min_width=320):
-                view["tree"] = gr.HTML(visible=False)
                 view["mask"] = gr.HTML(visible=False)
                 view["dist"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
                 view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+        view["tree"] = gr.HTML(visible=False)  # a tree round's tree: the page's whole width, wide trees scroll inside
         view["tests"] = gr.HTML(visible=False)  # a tree round's sibling tests: ten columns, the page's whole width
         view["text"], view["plain"] = _text_views("step")
         with gr.Accordion("Losslessness, seen: run the rule 10,000 times on this round", open=False):
@@ -253,31 +321,41 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 picker = gr.Dropdown([], value=None, label="Position to sample (the round's tested positions)",
                                      scale=3)
                 sample_b = gr.Button("Sample 10,000 times", size="sm", scale=1)
-            sample = {"summary": gr.Markdown("After **Accept/reject**, this runs the rule (no model) 10,000 times on "
-                                             "the position that decided the round; on a round with no rejection, on "
-                                             "the one where the argmax bug differs most, or on the one you pick."),
+            sample = {"summary": gr.Markdown(SAMPLE_INTRO),
                       "histogram": gr.Plot(visible=False, show_label=False)}
     outputs, show = _view_outputs(StepView, view, form, alert, sidebar)
 
     def fill_picker(s):
+        """The picker for the round on show; a sample of a round no longer on show is cleared."""
         choices, default = h.sample_positions(s)
-        return gr.update(choices=choices, value=default)
+        if not h.sample_is_stale(s):
+            return gr.update(choices=choices, value=default), gr.skip(), gr.skip()
+        s.sampled = None
+        return gr.update(choices=choices, value=default), SAMPLE_INTRO, gr.update(value=None, visible=False)
+    refill = dict(fn=fill_picker, inputs=session, outputs=[picker, sample["summary"], sample["histogram"]],
+                  show_progress="hidden")
     for action, button in buttons.items():
         button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs).then(
-            None, None, None, js=SHOW_FIELD_ERROR).then(fill_picker, session, picker, show_progress="hidden")
+            None, None, None, js=SHOW_FIELD_ERROR).then(**refill)
     # the real tree's shape into the sidebar, then its first round drafted (the change restarts the step-through)
-    real_tree_b.click(lambda: REAL_TREE, None, [form["tree_width"], form["tree_nodes"]], queue=False).then(
-        _streaming(show, partial(h.step, loader, "draft")), [session, *form.values()], outputs).then(
-        fill_picker, session, picker, show_progress="hidden")
+    real_tree_b.click(lambda: REAL_TREE, None, [form["tree_width"], form["tree_nodes"], form["confidence"]],
+                      queue=False).then(_streaming(show, partial(h.step, loader, "draft")), [session, *form.values()],
+                                        outputs).then(**refill)
     sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
     sample_b.click(lambda s, at: sample_show(h.sample(s, at)), [session, picker], sample_outputs)
     return [*buttons.values(), real_tree_b]
 
 
+SAMPLE_INTRO = ("After **Accept/reject**, this runs the rule (no model) 10,000 times on the position that decided the "
+                "round; on a round with no rejection, on the one where the argmax bug differs most, or on the one you "
+                "pick.")
+
+
 def _text_views(prefix: str) -> tuple:
-    gr.Markdown("**Text by origin** — hover over or tab to a token for its numbers")
+    gr.Markdown("**Text by origin** — hover over or tab to a token, or to a red pin (a rejected draft), for its "
+                "numbers")
     text = gr.HTML('<div class="spec-tokens spec-empty">No tokens yet.</div>')
-    with gr.Accordion("Plain text (whitespace shown as · ↵ →; Copy copies the text itself)", open=False):
+    with gr.Accordion("Plain text (Copy copies the text itself)", open=False):
         plain = gr.HTML(plain_html(""), elem_id=f"{prefix}-plain")
         copy = gr.Button("Copy text", size="sm")
     copy.click(None, None, None, js=f"() => navigator.clipboard.writeText("
@@ -315,10 +393,10 @@ def _run_tab(loader, session, form, sidebar) -> list:
 
 def _compare_tab(loader, session, form, sidebar) -> list:
     with gr.Tab("Compare"):
-        with gr.Row():
-            runs = gr.Number(1, label=FIELD_LABELS["runs"], info=HINTS["runs"], min_width=120)
-            compare_b = gr.Button("Run both", variant="primary", min_width=90)
-            stop_b = gr.Button("Stop comparison", variant="stop", min_width=90)
+        with gr.Row():  # at 400 px the buttons share a line under the field, each wide enough for its label
+            runs = gr.Number(1, label=FIELD_LABELS["runs"], info=HINTS["runs"], min_width=200)
+            compare_b = gr.Button("Run both", variant="primary", min_width=130)
+            stop_b = gr.Button("Stop comparison", variant="stop", min_width=130)
         view = {"badge": gr.Markdown("Runs verifier-only and speculative decoding on the same settings, round for "
                                      "round in turn (with the tree drafter: verifier only, a chain and the tree).")}
         alert = gr.Markdown(elem_classes=["spec-alert"])

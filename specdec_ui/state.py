@@ -110,7 +110,11 @@ class Loader:
     def _load(self) -> None:
         t0 = time.perf_counter()
         try:
-            self.pair = self.models.load(progress=self._progress)
+            pair = self.models.load(progress=self._progress)
+            self._progress(0.99, "one short warm-up round (the first forward through the weights pays for reading "
+                                 "them in; the first round you see should not)")
+            warm_up(pair)
+            self.pair = pair
             self.seconds, self.message = time.perf_counter() - t0, "models ready"
             print(f"models ready in {self.seconds:.1f} s", file=sys.stderr, flush=True)  # the terminal's view
         except (ConfigError, ModelLoadError) as e:
@@ -131,6 +135,15 @@ class Loader:
         with self.pair.lock, torch.inference_mode():
             a, b = machine_costs(self.pair)["verify"]
         self.step_fit = (a, b)
+
+
+def warm_up(pair) -> None:
+    """One short round of every kind the app runs (a prefill, one-row and several-row forwards of both
+    models), so that the first forward through the weights (mapped from the cache, read in on first
+    touch) and the kernels' first calls are paid while loading, not by the learner's first round."""
+    from specdec import DecodeConfig
+    cfg = DecodeConfig(max_new_tokens=4, k=3, confidence=0.0, ignore_eos=True)
+    Generation.from_prompt(pair, "Hello", cfg, "model" if pair.draft is not None else "none").run()
 
 
 class Worker:
@@ -258,6 +271,7 @@ class Session:
     replay: TraceFile | None = None   # an uploaded trace, stepped through while the form matches it
     running: list = field(default_factory=list)  # the generations a run or comparison is driving
     stop: bool = False                # asked to stop them
+    sampled: RoundTrace | None = None  # the round the losslessness sampler last ran on
 
     def restart(self, settings: RunSettings, gen: Generation | Replay) -> None:
         self.settings, self.gen, self.walk = settings, gen, Walkthrough()

@@ -83,11 +83,18 @@ def _hover(r: RoundTrace, j: int, phase: str, greedy: bool) -> str:
 
 
 def tests_html(r: RoundTrace, greedy: bool) -> str:
-    """The rule's tests in the order it ran them, as an accessible table, and what its words mean."""
-    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in TREE_HEADERS)
+    """The rule's tests in the order it ran them, as an accessible table, and what its words mean.
+    Each cell carries its column's name, which a narrow screen shows beside the value when it lays
+    each test out as a card (ten columns do not fit 400 px)."""
+    # at temperature 0 no u is drawn and no residual formed: those columns are left out, not dashed
+    keep = [i for i, h in enumerate(TREE_HEADERS) if not (greedy and h in ("u", "r after it (top 3)"))]
+    headers = [TREE_HEADERS[i] for i in keep]
+    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in headers)
     body = []
     for status, row in tree_test_rows(r, greedy):
-        cells = "".join(f'<td class="{"dash" if c == DASH else ""}">{escape(str(c))}</td>' for c in row[1:])
+        row = [row[i] for i in keep]
+        cells = "".join(f'<td class="{"dash" if c == DASH else ""}" data-label="{escape(h, quote=True)}">'
+                        f'{escape(str(c))}</td>' for h, c in zip(headers[1:], row[1:]))
         body.append(f'<tr class="row-{status}"><th scope="row">{row[0]}</th>{cells}</tr>')
     if greedy:
         note = ("At temperature 0 the test is whether the child is the verifier's argmax after its parent (ratio = "
@@ -99,8 +106,8 @@ def tests_html(r: RoundTrace, greedy: bool) -> str:
                 "so p/q for a first child; a child is kept iff u ≤ ratio; r after it: the top of the residual a "
                 "rejection left, what the next sibling (or the final draw) is tested against; on the last row, the top "
                 "of what the token was drawn from")
-    return (f'<div class="spec-table"><table aria-label="Sibling tests"><caption>The rule\'s tests, in order, round '
-            f'{r.index + 1}</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<div class="spec-table spec-tests"><table aria-label="Sibling tests"><caption>The rule\'s tests, in '
+            f'order, round {r.index + 1}</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             f'<p class="spec-note">{escape(note)}. q(x), p(x): the draft\'s and the verifier\'s probability of the '
             f'child after its parent.</p></div>')
 

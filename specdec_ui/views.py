@@ -109,9 +109,10 @@ class Replayed:
 
 
 def _whitespace(text: str, keep: bool = True) -> str:
-    """Escaped text whose spaces, tabs and newlines carry markers drawn by CSS (::before), so
-    the markers are seen but never copied. ``keep`` False drops the whitespace itself and keeps
-    only its markers: a rejected draft then adds no line break or indentation to the text."""
+    """Escaped text whose spaces, tabs and newlines carry markers drawn by CSS (::before), seen only
+    when the page's "show whitespace" box is ticked and never copied. ``keep`` False drops the
+    whitespace itself and keeps only its markers, always seen: a rejected draft shown inline then
+    adds no line break or indentation to the text."""
     out = escape(text)
     sp, tab, nl = (" ", "\t", "\n") if keep else ("", "", "")
     out = out.replace(" ", f'<span class="sp">{sp}</span>').replace("\t", f'<span class="tab">{tab}</span>')
@@ -122,10 +123,12 @@ def token_html(segs: list[Segment], detail: bool = True) -> str:
     """The text as one element per token: its kind as a class (colour plus a second cue), its
     story in ``aria-label``, which screen readers read and which CSS draws as a box on hover and
     on keyboard focus (one copy of the numbers per token keeps a long run's page light). A
-    rejected draft is a small raised chip inside ``<del>`` whose whitespace is drawn as markers
-    only, so the kept text keeps its exact layout; a checkbox above the text hides the chips.
-    ``detail`` False leaves out the stories (a run in progress: a quarter of the bytes to send
-    and lay out each second; the final view has them)."""
+    rejected draft is a ``<del>`` at the boundary where it was replaced, holding its text with
+    whitespace as markers only: by default CSS hides the text and draws a thin mark that takes no
+    width, so the kept text reads as text; the page's "rejected drafts" switch shows it inline,
+    struck through. Either way the kept text keeps its exact layout. ``detail`` False leaves out
+    the stories (a run in progress: a quarter of the bytes to send and lay out each second; the
+    final view has them)."""
     if not segs:
         return '<div class="spec-tokens spec-empty">No tokens yet.</div>'
     out = []
@@ -133,9 +136,11 @@ def token_html(segs: list[Segment], detail: bool = True) -> str:
         common = (f'class="tok tok-{s.label}" tabindex="0" aria-label="{escape(segment_detail(s), quote=True)}"'
                   if detail else f'class="tok tok-{s.label}"')
         if s.label == REJECTED:
-            out.append(f"<del {common}>{_whitespace(s.text, keep=False)}</del>")
+            out.append(f'<del {common}><span class="rej-text">{_whitespace(s.text, keep=False)}</span></del>')
             continue
-        body = _whitespace(s.text) if not s.text.strip() else escape(s.text)
+        # every space can carry its marker (drawn on request): the final view's; the live one marks
+        # only whitespace-only tokens, a lighter page to send and lay out each second
+        body = _whitespace(s.text) if detail or not s.text.strip() else escape(s.text)
         out.append(f"<span {common}>{body}</span>")
     return '<div class="spec-tokens">' + "".join(out) + "</div>"
 
@@ -154,9 +159,13 @@ def legend_html() -> str:
 def table_html(r: RoundTrace, phase: str) -> str:
     """The drafted tokens as an accessible table with the columns ``phase`` has revealed."""
     headers = ROW_HEADERS[:COLUMNS[phase]]
-    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in headers)
+    # at temperature 0 no u is drawn: the column is left out rather than filled with dashes
+    greedy = any(pos.tested for pos in r.positions) and all(pos.u is None for pos in r.positions if pos.tested)
+    keep = [i for i, h in enumerate(headers) if not (greedy and h == "u")]
+    head = "".join(f'<th scope="col">{escape(headers[i])}</th>' for i in keep)
     body = []
     for row, pos in zip(position_rows(r, phase), r.positions):
+        row = [row[i] for i in keep]
         cells = "".join(f'<td class="{"dash" if c == DASH else ""}">{escape(str(c))}</td>' for c in row[1:])
         status = pos.status if COLUMNS[phase] > 5 else "pending"
         body.append(f'<tr class="row-{status}"><th scope="row">{row[0]}</th>{cells}</tr>')
@@ -165,8 +174,7 @@ def table_html(r: RoundTrace, phase: str) -> str:
     if COLUMNS[phase] >= 5:
         notes.append("p(x): the verifier's, from its one forward, each assuming the drafts before it are kept")
     if COLUMNS[phase] > 5:
-        greedy = any(pos.tested for pos in r.positions) and all(pos.u is None for pos in r.positions if pos.tested)
-        notes.append("u: none at temperature 0, where a draft is kept iff it is the verifier's argmax (p/q = 1)"
+        notes.append("temperature 0: a draft is kept iff it is the verifier's argmax (p/q = 1), no draw is made"
                      if greedy else "u: the uniform draw; a draft is kept iff u ≤ p/q")
         if any(not pos.tested for pos in r.positions):
             notes.append("—: never tested, so no verdict numbers: its p assumed the drafts before it were kept, and "
@@ -184,7 +192,9 @@ GREEDY_TREE_BANNER = ("**Temperature 0: the rule has nothing to decide.** The wa
                       "0.8 to see the siblings tested in turn against the residual.")
 
 
-REAL_TREE = (2, 8)  # (W, N) of the "Draw a real tree" button: a tree on every machine, small enough to read
+# (W, N, draft confidence) of the "Draw a real tree" button: a tree on every machine, small enough to read;
+# confidence 0 so that every round grows to its N nodes (a threshold stops an unsure tree at its first level)
+REAL_TREE = (2, 8, 0.0)
 REAL_TREE_BUTTON = "Draw a real tree"
 
 
@@ -208,7 +218,8 @@ def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, f
     banner = (GREEDY_TREE_BANNER if tree_ran else GREEDY_BANNER) if greedy and drafter != "none" else ""
     real_tree = drafter == "tree" and shape is not None and shape[0] == 1
     if drafter == "tree" and shape is not None:
-        offer = (f" Press **{REAL_TREE_BUTTON}** to run W = {REAL_TREE[0]}, N = {REAL_TREE[1]} and see one."
+        offer = (f" Press **{REAL_TREE_BUTTON}** to run W = {REAL_TREE[0]}, N = {REAL_TREE[1]} (draft confidence 0, so "
+                 "that every round grows all its nodes) and see one."
                  if real_tree else "")
         banner = "\n\n".join(b for b in (shape_text(*shape) + offer, banner) if b)
     if r is None:

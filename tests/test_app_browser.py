@@ -4,6 +4,7 @@ role and label, at a 1280x800 laptop size and at 400 px wide. The app's loader g
 test session. Screenshots go to test-artifacts/."""
 from __future__ import annotations
 
+import json
 import re
 import socket
 
@@ -110,6 +111,16 @@ def fill(pg, prompt=FIB, k=4, temperature=0, max_new_tokens=12):
     pg.get_by_label("Draft confidence (0 = always K)").fill("0")  # every round drafts exactly K
     pg.get_by_label("Temperature (0 = greedy)").fill(str(temperature))
     pg.get_by_label("Max new tokens").fill(str(max_new_tokens))
+
+
+def meet(a: dict, b: dict) -> bool:
+    """Whether two bounding boxes overlap (by more than half a pixel)."""
+    return not (a["x"] + a["width"] <= b["x"] + 0.5 or b["x"] + b["width"] <= a["x"] + 0.5 or
+                a["y"] + a["height"] <= b["y"] + 0.5 or b["y"] + b["height"] <= a["y"] + 0.5)
+
+
+def inside(box: dict, viewport: dict) -> bool:
+    return box["x"] >= 0 and box["x"] + box["width"] <= viewport["width"]
 
 
 def visible_plots(pg) -> int:
@@ -283,8 +294,7 @@ def test_the_tree_drafter_draws_its_tree_its_sibling_tests_and_its_mask(page, ar
     assert len(boxes) >= drafted + 1                              # the root, the nodes and the token that ends it
     for i, a in enumerate(boxes):                                 # as drawn: no two node boxes meet
         for b in boxes[i + 1:]:
-            assert (a["x"] + a["width"] <= b["x"] + 0.5 or b["x"] + b["width"] <= a["x"] + 0.5 or
-                    a["y"] + a["height"] <= b["y"] + 0.5 or b["y"] + b["height"] <= a["y"] + 0.5), (a, b)
+            assert not meet(a, b), (a, b)
     for g in page.locator(".spec-tree .tree-node").all():         # every token's text inside its box
         assert g.evaluate("g => [...g.querySelectorAll('text')].every(t => t.getBoundingClientRect().right <= "
                           "g.querySelector('rect').getBoundingClientRect().right + 0.5)")
@@ -368,14 +378,27 @@ def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(pag
         expect(page.get_by_text(re.compile(r"^Finished \("))).to_be_visible()
         if page.locator(".spec-tokens del.tok-rejected .nl").count():
             break
-    chips = page.locator(".spec-tokens del.tok-rejected")
+    drafts = page.locator(".spec-tokens del.tok-rejected")
     assert page.locator(".spec-tokens del.tok-rejected .nl").count(), "no rejected line break in 4 seeds"
-    assert all("\n" not in t for t in chips.all_inner_texts())   # a chip adds no line break
-    page.get_by_text("Plain text (whitespace shown as").filter(visible=True).first.click()
+    page.get_by_text("Plain text (Copy copies").filter(visible=True).first.click()
     plain = page.locator("#run-plain pre").text_content()
-    page.get_by_label("show rejected drafts").uncheck()
-    assert page.locator(".spec-tokens").filter(visible=True).first.inner_text() == plain  # kept text = output
-    page.get_by_label("show rejected drafts").check()
+    text = page.locator(".spec-tokens").filter(visible=True).first
+    # by default a rejected draft is a pin on the boundary it lost: no width, its text not in the line
+    assert text.inner_text() == plain                             # the text reads as the output, exactly
+    assert all(d.bounding_box() is None or d.bounding_box()["width"] < 0.5 for d in drafts.all())
+    assert all("gradient" in d.evaluate("e => getComputedStyle(e, '::before').backgroundImage") for d in drafts.all())
+    drafts.first.focus()                                          # and tells its story on focus
+    assert "not in the output; the token after it took its place" in drafts.first.evaluate(FOCUS_BOX)
+    whitespace = page.locator("#run-plain .sp").first              # real whitespace, markers on request
+    assert whitespace.evaluate("e => getComputedStyle(e, '::before').content") == "none"
+    page.get_by_label("show whitespace as · → ↵").check()
+    page.wait_for_function("document.body.classList.contains('show-whitespace')")
+    assert whitespace.evaluate("e => getComputedStyle(e, '::before').content") == '"·"'
+    assert page.locator("#run-plain pre").inner_text() == plain  # what Copy copies: the text, no markers
+    page.get_by_label("show whitespace as · → ↵").uncheck()
+    page.get_by_role("radio", name="inline").check()              # inline: struck through, small, apart
+    page.wait_for_function("document.body.classList.contains('rejected-inline')")
+    assert all("\n" not in t for t in drafts.all_inner_texts())   # a draft adds no line break
     shown = tokens(page)
     styles = {t.get_attribute("class"): t.evaluate(
         "e => { const s = getComputedStyle(e); return [s.backgroundColor, parseFloat(s.borderBottomWidth) ? "
@@ -385,6 +408,8 @@ def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(pag
             "tok tok-plain": "none"}  # verifier only (a round with nothing drafted): the one kind without a mark
     for cls, (_, border, decoration) in styles.items():  # a second cue besides colour for every other kind
         assert border == cues[cls] if cls in cues else "line-through" in decoration, (cls, border, decoration)
+    page.get_by_role("radio", name="as markers").check()
+    page.wait_for_function("!document.body.classList.contains('rejected-inline')")
     assert all(t.evaluate(CONTRAST) >= 4.5 for t in shown[:10])
     shown[0].focus()                                              # focus shows the token's story
     assert "round 1, position 1" in shown[0].evaluate(FOCUS_BOX)
@@ -423,6 +448,19 @@ def test_the_run_keeps_the_exact_layout_of_code_marks_every_kind_and_replays(pag
     upload = page.get_by_text("Replay a downloaded trace (no models needed)")
     assert abs(message.bounding_box()["y"] - upload.bounding_box()["y"]) < 300     # at the upload box
     expect(page.get_by_text(re.compile(r"^Replayed a trace of \d+ rounds"))).to_be_visible()  # and nothing lost
+    data = json.loads(trace.read_text(encoding="utf-8"))          # a shared trace with one hostile field
+    data["rounds"][0]["positions"][0]["p"] = "abc"
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(data), encoding="utf-8")
+    page.locator("button[aria-label='Clear']").first.click()
+    with page.expect_file_chooser() as chooser:
+        page.get_by_role("button", name="Click to upload or drop files").click()
+    chooser.value.set_files(str(hostile))
+    said = page.get_by_text(re.compile(r"^Could not replay: hostile\.json: not a specdec trace file: "
+                                       r"rounds\[0\]\.positions\[0\]\.p must be a number in \[0, 1\] \(got 'abc'\)"))
+    expect(said).to_be_visible()                                  # the field and its rule, at the upload box
+    assert abs(said.bounding_box()["y"] - upload.bounding_box()["y"]) < 300
+    expect(page.get_by_text(re.compile(r"^Replayed a trace of \d+ rounds"))).to_be_visible()  # still nothing lost
 
 
 def test_a_bad_value_shows_its_message_at_the_field_until_it_is_fixed(page, artifacts):
@@ -488,8 +526,21 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
     try:
         for name in ("Step through", "Run", "Compare"):
             box = pg.get_by_role("tab", name=name).bounding_box()
-            assert box and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], name
+            assert box and inside(box, PHONE), name
         expect(pg.get_by_role("textbox", name=re.compile(r"^Prompt"))).not_to_be_in_viewport()  # the sidebar starts closed
+        toggle, legend = pg.get_by_role("button", name="Toggle Sidebar"), pg.locator(".spec-legend")
+        assert not meet(toggle.bounding_box(), legend.bounding_box())
+        legend.evaluate("e => e.scrollIntoView({block: 'start'})")  # the toggle stays put as the page scrolls
+        assert not meet(toggle.bounding_box(), legend.bounding_box())
+        pg.evaluate("window.scrollTo(0, 0)")
+        about = pg.get_by_role("button", name="Models, precision and parameter counts")
+        arrow, label = about.locator(".icon").bounding_box(), about.locator("span").first.bounding_box()
+        assert arrow["width"] >= 8 and inside(arrow, PHONE) and not meet(arrow, label)  # its arrow is seen
+        cdp = pg.context.new_cdp_session(pg)                      # each step button's label in one font, not two
+        root = cdp.send("DOM.getDocument")["root"]["nodeId"]
+        cdp.send("CSS.enable")
+        for node in cdp.send("DOM.querySelectorAll", {"nodeId": root, "selector": ".step-b"})["nodeIds"]:
+            assert len(cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]) == 1
         assert pg.get_by_role("button", name="Step round").evaluate(CONTRAST) >= 4.5
         pg.get_by_role("button", name="Toggle Sidebar").click()
         fill(pg, temperature=0.8, max_new_tokens=12, k=0)
@@ -519,6 +570,11 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
         assert_chart_labels_fit(pg, at_least=4)                  # every label inside its chart, none meeting
         assert pg.evaluate(wide) <= PHONE["width"]
         pg.screenshot(path=artifacts / "app-run-400px.png", full_page=True)
+        pg.get_by_role("tab", name="Compare").click()
+        for name in ("Run both", "Stop comparison"):               # whole, and their labels inside them
+            button = pg.get_by_role("button", name=name)
+            assert inside(button.bounding_box(), PHONE), name
+            assert button.evaluate("b => b.scrollWidth <= b.clientWidth"), name
     finally:
         pg.context.close()
 
