@@ -152,7 +152,7 @@ def verify_cost_text(rows: int, verify_s: float, step_fit: tuple[float, float] |
 def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = False,
             step_fit: tuple[float, float] | None = None) -> str:
     """One paragraph on what the phase just did and why the rule keeps the verifier's distribution.
-    ``step_fit``: this machine's verifier cost a + b·L in ms (:func:`verify_cost_text`), or None."""
+    ``step_fit``: this machine's verifier cost t_f + t_r·L in ms (:func:`verify_cost_text`), or None."""
     k = r.drafted
     if phase == "draft":
         if k == 0:

@@ -209,7 +209,7 @@ def shape_text(width: int, nodes: int, why: str) -> str:
 def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, float] | None = None,
               shape: tuple[int, int, str] | None = None) -> StepView:
     """The round on show, revealed up to its phase, and the text committed so far. ``step_fit``: this
-    machine's verifier cost a + b·L in ms, or None; ``shape``: the tree drafter's (W, N, why) as it ran."""
+    machine's verifier cost t_f + t_r·L in ms, or None; ``shape``: the tree drafter's (W, N, why) as it ran."""
     drafter, greedy = settings.drafter, settings.decode.sampling.greedy
     segs = segments(list(walk.rounds))
     text, plain = token_html(segs), plain_html(output_text(segs))
