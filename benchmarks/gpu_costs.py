@@ -30,6 +30,7 @@ import torch
 
 from benchmarks.common import ROOT, environment, write_json
 from specdec.cache import CachedLM
+from specdec.costfit import fit_line
 from specdec.devices import Clock, resolve_device
 from specdec.graphs import available as graphs_available
 from specdec.loading import GPU_PAD_ROWS
@@ -118,11 +119,8 @@ def time_rows(model: LeanQwen2, context: int, rows, reps: int) -> dict[int, floa
 
 
 def fit(times: dict[int, float]) -> tuple[float, float]:
-    """Least squares a + b L over the measured L."""
-    xs, ys = list(times), list(times.values())
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
+    """(t_f, t_r) over the measured L, by :func:`specdec.costfit.fit_line`."""
+    return fit_line(list(times), list(times.values()))
 
 
 def cpu_acceptance() -> dict:

@@ -31,6 +31,7 @@ from benchmarks.sweep import pooled, run
 from benchmarks.throughput import CODE
 from specdec import DecodeConfig
 from specdec.cache import CachedLM
+from specdec.costfit import fit_line
 from specdec.kernels import PackedLinear
 from specdec.settings import add_model_arguments
 
@@ -130,12 +131,13 @@ def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
 
 
 def fit(lengths: list[int], samples: list[list[float]], k: int) -> dict:
-    """Least squares time(L) = a + b*L on the median of each L's samples (seconds), in ms, with R^2
-    and the raw times. The median, not the mean: on a busy machine a few reps are preempted.
+    """t(L) = t_f + t_r·L by :func:`specdec.costfit.fit_line` on the median of each L's samples (seconds),
+    in ms, with R^2 and the raw times; ``a_ms`` is t_f and ``b_ms_per_token`` t_r (the JSON's names). The
+    median, not the mean: on a busy machine a few reps are preempted.
     ``verify_vs_decode_k<k>`` is the fitted cost of a (k+1)-token verification over a 1-token forward."""
     x = np.asarray(lengths, dtype=float)
     y = np.asarray([statistics.median(s) for s in samples]) * 1e3
-    (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(x), x], axis=1), y, rcond=None)  # (L, 2) design
+    a, b = fit_line(x.tolist(), y.tolist())
     ss_res, ss_tot = float(((y - a - b * x) ** 2).sum()), float(((y - y.mean()) ** 2).sum())
     one = a + b
     return {"a_ms": float(a), "b_ms_per_token": float(b), "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0,
@@ -153,7 +155,7 @@ def forward_costs(pair, lengths: list[int], reps: int, k: int, log, gb_s: float 
         out[role] = fit(lengths, forward_times(model, pair.vocab_size, lengths, reps), k)
         if gb_s:
             out[role] = against_bandwidth(out[role], model, gb_s)
-        log(f"{role:9s} forward: a = {out[role]['a_ms']:.2f} ms, b = {out[role]['b_ms_per_token']:.3f} ms/token, "
+        log(f"{role:9s} forward: t_f = {out[role]['a_ms']:.2f} ms, t_r = {out[role]['b_ms_per_token']:.3f} ms/row, "
             f"R^2 = {out[role]['r2']:.3f}" + (f", one row {out[role]['one_row_vs_read']:.2f}x its weights' read time"
                                               if out[role].get("one_row_vs_read") else ""))
     return out

@@ -11,6 +11,9 @@ vocabulary is lumped into one "other" outcome with the remaining mass of each. T
 lossless for any pair of distributions, so it is exactly lossless for the lumped pair too, and
 the histogram is compared with the lumped p.
 
+How close is close enough: :func:`tv_noise_bound`, the one total-variation bound of the project (the
+notebooks, the lossless tests and the app's sample view read it).
+
 Shapes: N trials, C outcomes (the candidates and "other").
 """
 from __future__ import annotations
@@ -37,12 +40,37 @@ class Histogram:
 
     @property
     def tv_correct(self) -> float:
-        """Total variation distance from p: half the summed absolute differences."""
-        return 0.5 * sum(abs(a - b) for a, b in zip(self.correct, self.p))
+        return tv_distance(self.correct, self.p)
 
     @property
     def tv_bug(self) -> float:
-        return 0.5 * sum(abs(a - b) for a, b in zip(self.bug, self.p))
+        return tv_distance(self.bug, self.p)
+
+    @property
+    def noise_bound(self) -> float:
+        """What sampling noise alone may put between a correct rule's histogram and p."""
+        return tv_noise_bound(torch.tensor(self.p), self.trials)
+
+
+def overlap(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """(C,) p and q -> what the rule does with each part of them: (min(p, q), the mass a draft from q
+    keeps; max(0, p − q), the residual before it is normalised; max(0, q − p), the excess the rule
+    rejects; β = Σ min(p, q)). min + residual = p, and the residual's mass is 1 − β."""
+    shared = torch.minimum(p, q)                                                   # (C,)
+    return shared, (p - q).clamp_min(0), (q - p).clamp_min(0), float(shared.sum())
+
+
+def tv_distance(a, b) -> float:
+    """Total variation distance: half the summed absolute differences of two (C,) distributions."""
+    return 0.5 * float((torch.as_tensor(a, dtype=torch.float64) - torch.as_tensor(b, dtype=torch.float64)).abs().sum())
+
+
+def tv_noise_bound(p: torch.Tensor, n: int) -> float:
+    """The total variation a histogram of ``n`` draws from (C,) ``p`` may stray from p by noise alone:
+    1.5 · Σ_v sqrt(p(v)(1 − p(v)) / n). Each share's error has standard deviation sqrt(p(1 − p)/n) and a
+    mean absolute value of about 0.8 of it, so the expected TV is about 0.4 · Σ sqrt(p(1 − p)/n): the bound
+    is about four times the expected noise, and 0 where p is one-hot (the histogram must then equal p)."""
+    return 1.5 * float((p * (1 - p) / n).sqrt().sum())
 
 
 def lumped(pos: DraftPosition) -> tuple[tuple[str, ...], torch.Tensor, torch.Tensor]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .theory import running_acceptance
 from .trace import ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace
 
 TOKEN_KINDS = (ACCEPTED, REJECTED, RESAMPLED, BONUS, PLAIN)  # every kind of token in the colour-coded text
@@ -130,28 +131,28 @@ def draft_stop_text(r: RoundTrace, k: int, confidence: float) -> str:
 
 def verify_cost_text(rows: int, verify_s: float, step_fit: tuple[float, float] | None, name: str = "v(K)") -> str:
     """What the round's one verifier forward over ``rows`` positions cost, measured (``verify_s``), against a
-    one-token step from this machine's fitted line a + b·L (``step_fit`` = (a, b) in ms; None while it is not
-    known). v(K) is that forward in steps, as the Compare tab's cost fit defines it."""
+    one-token step from this machine's fitted line t(L) = t_f + t_r·L (``step_fit`` = (t_f, t_r) in ms; None
+    while it is not known). v(K) is that forward in steps, as the Compare tab's cost fit defines it."""
     ms = 1e3 * verify_s
     head = f"Reading {rows} positions at once took {ms:.0f} ms here"
     if step_fit is None:
         return (f"{head} (one measurement). No fitted time of a one-token step is at hand yet to say how many steps "
                 "that is worth (this machine's is timed once, in the background after the models load).")
-    a, b = step_fit
-    step = a + b
+    t_f, t_r = step_fit
+    step = t_f + t_r
     v = ms / step
     verdict = ("about one step: the extra rows are nearly free here" if v < 1.1 else
                f"cheaper than {rows} single steps, not free" if v < rows else
                f"no cheaper than {rows} single steps in this one measurement (the first round after loading warms "
                "the kernels, and a busy machine slows any round: step on and compare)")
-    return (f"{head}, against about {step:.0f} ms for a one-token step on this machine (fitted a + b·L = {a:.0f} + "
-            f"{b:.1f} ms/row), so {name} = {v:.2f} steps: {verdict}.")
+    return (f"{head}, against about {step:.0f} ms for a one-token step on this machine (fitted t_f + t_r·L = {t_f:.0f} + "
+            f"{t_r:.1f} ms/row), so {name} = {v:.2f} steps: {verdict}.")
 
 
 def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = False,
             step_fit: tuple[float, float] | None = None) -> str:
     """One paragraph on what the phase just did and why the rule keeps the verifier's distribution.
-    ``step_fit``: this machine's verifier cost a + b·L in ms (:func:`verify_cost_text`), or None."""
+    ``step_fit``: this machine's verifier cost t_f + t_r·L in ms (:func:`verify_cost_text`), or None."""
     k = r.drafted
     if phase == "draft":
         if k == 0:
@@ -241,22 +242,18 @@ class RoundStats:
     rounds: list[int]            # 1-based round numbers
     accepted: list[int]
     drafted: list[int]
-    running_a: list[float]       # kept / tested so far
+    running_a: list[float]       # a, kept / tested so far (theory.running_acceptance)
     running_tokens: list[float]  # mean emitted tokens per round so far
     k: int                       # the most drafted in one round
 
 
 def round_stats(rounds: list[RoundTrace]) -> RoundStats:
-    kept = tested = tokens = 0
-    running_a, running_tokens = [], []
+    tokens, running_tokens = 0, []
     for n, r in enumerate(rounds, 1):
-        kept += r.n_accepted
-        tested += r.tested
         tokens += len(r.emitted)
-        running_a.append(kept / tested if tested else 0.0)
         running_tokens.append(tokens / n)
     return RoundStats([r.index + 1 for r in rounds], [r.n_accepted for r in rounds], [r.drafted for r in rounds],
-                      running_a, running_tokens, max((r.drafted for r in rounds), default=0))
+                      running_acceptance(rounds), running_tokens, max((r.drafted for r in rounds), default=0))
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

@@ -64,7 +64,7 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
                  step_fit: tuple[float, float] | None = None) -> str:
     """One paragraph on what the phase just did to the round's token tree (SpecInfer; recursive
     rejection sampling, Jeon et al. 2024) and why the output keeps the verifier's distribution.
-    ``step_fit``: this machine's verifier cost a + b·L in ms (:func:`~specdec.render.verify_cost_text`)."""
+    ``step_fit``: this machine's verifier cost t_f + t_r·L in ms (:func:`~specdec.render.verify_cost_text`)."""
     t, nodes = r.tree, r.tree.nodes
     n, depth = len(nodes) - 1, draft_depth(r)
     if n == 0 and phase != "commit":  # one token left in the budget: a plain verifier step

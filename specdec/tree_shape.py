@@ -1,16 +1,18 @@
 """Which tree the ``tree`` drafter drafts by default: chosen from this machine's costs.
 
 A tree of N nodes keeps more tokens per round than a chain of depth K, and costs more to verify:
-a verifier forward over L rows costs about a + b L, and b differs tenfold between CPUs (AVX2
-against AVX-512 with VNNI or AMX). So the default shape is a prediction per machine:
+a verifier forward over L rows costs about t(L) = t_f + t_r L (docs/notation.md), and t_r differs
+tenfold between CPUs (AVX2 against AVX-512 with VNNI or AMX). So the default shape is a prediction
+per machine:
 
-    predicted tok/s (W, N) = tokens per round (W, N) / (draft time (W, N) + a + b (nodes + 1))
+    predicted tok/s (W, N) = tokens per round (W, N) / (draft time (W, N) + t_f + t_r (nodes + 1))
 
 - *tokens per round*, nodes verified and draft rows per round, per shape and temperature, are
   counts measured once for the embedded pair by ``python -m benchmarks.trees`` and shipped as
   ``tree_shapes.json`` (they do not depend on the machine);
-- a, b (verifier, tree rows) and the draft's cost per forward and per row are timed once on
-  this machine and cached, like the kernel calibration (a few seconds).
+- t_f, t_r (verifier, tree rows) and the draft's cost per forward and per row are timed once on
+  this machine (the fastest of a few forwards per row count, fitted by :func:`specdec.costfit.fit_line`)
+  and cached, like the kernel calibration (a few seconds).
 
 Width 1 is the chain, drafted by the chain drafter itself (the same code and speed): where verifying
 more rows costs more than the extra tokens repay, the default tree is the chain, and
@@ -29,6 +31,7 @@ import torch
 
 from .cache import CachedLM
 from .config import DecodeConfig, SamplingConfig
+from .costfit import fit_line
 from .tree import require_lean, verifier_attention
 
 SHAPES_FILE = Path(__file__).with_name("tree_shapes.json")
@@ -49,16 +52,9 @@ def _fastest_ms(fn, reps: int = 5) -> float:
     return min(times) * 1e3
 
 
-def _fit(xs, ys) -> tuple[float, float]:
-    """Least squares y = a + b x."""
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
-
-
 def measure_costs(pair) -> dict:
     """Time the verifier over tree rows and the draft over batched rows on this machine:
-    {"verify": [a, b], "draft": [a, b]} in ms (a per forward, b per row)."""
+    {"verify": [t_f, t_r], "draft": [t_f, t_r]} in ms (t_f per forward, t_r per row)."""
     ids = [i % pair.vocab_size for i in range(1000, 1000 + CONTEXT + max(FIT_ROWS))]
     out = {}
     for role, model, rows in (("verify", pair.target, FIT_ROWS), ("draft", pair.draft, DRAFT_ROWS)):
@@ -76,8 +72,8 @@ def measure_costs(pair) -> dict:
                 lm.forward_tree(ids[CONTEXT:CONTEXT + n], att)
             forward()  # warm
             ms.append(_fastest_ms(forward))
-        a, b = _fit(rows, ms)
-        out[role] = [max(a, 0.0), max(b, 0.0)]  # a cost is never negative; only noise makes a fit say so
+        t_f, t_r = fit_line(rows, ms)
+        out[role] = [max(t_f, 0.0), max(t_r, 0.0)]  # a cost is never negative; only noise makes a fit say so
         out[f"{role}_ms"] = dict(zip(map(str, rows), ms))
     return out
 

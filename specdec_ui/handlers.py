@@ -218,7 +218,7 @@ def sample(session: Session, position=None) -> SampleView | Problem:
     i = default if position is None else position
     pos = r.positions[i - 1]
     h = histogram(pos, SAMPLES)
-    noise = 0.5 * (len(h.labels) / SAMPLES) ** 0.5
+    noise = h.noise_bound  # the one TV bound (docs/notation.md): what sampling noise alone may give
     where = f"position {i} (drafted {pos.text!r}, {pos.status})"
     if position is not None and position != default:
         head = f"Round {r.index + 1}, {where}, as picked."
@@ -237,12 +237,12 @@ def sample(session: Session, position=None) -> SampleView | Problem:
              "lumped into one), each time drafting from q, testing u ≤ p/q and drawing from the residual on a "
              "rejection.",
              f"* **The rule:** total variation from p = **{h.tv_correct:.3f}**: the emitted tokens follow p, up to "
-             f"sampling noise (about {noise:.3f} here).",
+             f"sampling noise (at most {noise:.3f} here, the bound of docs/notation.md).",
              f"* **The bug** (the draft takes q's argmax but reports softmax q): total variation = **{h.tv_bug:.3f}**."]
     if greedy:  # a paragraph of its own, not a continuation of the list above
         lines.append("\nAt temperature 0 p and q are one-hot, so the argmax draft *is* a sample of q and both agree at "
                      "every position: set a temperature such as 0.8 to see the bug land off p.")
-    elif tvs[i] < 3 * noise:
+    elif tvs[i] < 2 * noise:
         title = "Why no difference here" if tvs[i] < FLAT_TV else f"Why the difference is small here ({tvs[i]:.3f})"
         lines.append(f"\n**{title}:** the bug always drafts q's top token x*. Where q is (nearly) "
                      "one-hot, that argmax *is* a sample of q; where p is (nearly) one-hot on x*, the rule keeps x* "

@@ -123,7 +123,7 @@ class Loader:
         self._time_verification()
 
     def _time_verification(self) -> None:
-        """This machine's cost fit of a verifier forward over L rows, a + b·L, which the Verify text
+        """This machine's cost fit of a verifier forward over L rows, t_f + t_r·L, which the Verify text
         compares each round with: from the calibration cache, else timed once (a few seconds) while no
         round runs. The buttons work meanwhile; a round pressed then waits for the timing to end."""
         from specdec.tree import require_lean

@@ -209,7 +209,7 @@ def shape_text(width: int, nodes: int, why: str) -> str:
 def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, float] | None = None,
               shape: tuple[int, int, str] | None = None) -> StepView:
     """The round on show, revealed up to its phase, and the text committed so far. ``step_fit``: this
-    machine's verifier cost a + b·L in ms, or None; ``shape``: the tree drafter's (W, N, why) as it ran."""
+    machine's verifier cost t_f + t_r·L in ms, or None; ``shape``: the tree drafter's (W, N, why) as it ran."""
     drafter, greedy = settings.drafter, settings.decode.sampling.greedy
     segs = segments(list(walk.rounds))
     text, plain = token_html(segs), plain_html(output_text(segs))
@@ -378,8 +378,8 @@ def why_markdown(m, who: str = "") -> str:
     best = m.best_k(32)
     return (f"**Why {m.measured:.2f}x{who}?** Measured here: a drafted token costs **c = {m.c:.2f}** of a verifier-only "
             f"step ({1e3 * m.draft_per_token:.0f} ms against {1e3 * m.t1:.0f} ms); a verification of K+1 positions "
-            f"costs **v(K) = {m.v(round(m.k_mean)):.2f}** steps at the K drafted (the line {1e3 * m.alpha:.0f} + "
-            f"{1e3 * m.beta:.1f}·(K+1) ms, fitted to every round's verification); the verifier kept **a = {m.a:.2f}** "
+            f"costs **v(K) = {m.v(round(m.k_mean)):.2f}** steps at the K drafted (the line {1e3 * m.t_f:.0f} + "
+            f"{1e3 * m.t_r:.1f}·(K+1) ms, fitted to every round's verification); the verifier kept **a = {m.a:.2f}** "
             f"of the drafts it tested, with **K = {m.k_mean:.1f}** drafted per round on average. The theory "
             f"S(K) = (1 − a^(K+1)) / ((1 − a)(K·c + v(K))) predicts **{m.speedup(max(1, round(m.k_mean))):.2f}x** at "
             f"K = {max(1, round(m.k_mean))} and is best at **K = {best}** ({m.speedup(best):.2f}x). A cheaper draft "

@@ -221,6 +221,10 @@ def test_count_definitions_on_a_scripted_run():
     s = summarize(gen.rounds, gen.prefill_s)
     assert (s.accepted, s.drafted, s.new_tokens, s.rounds) == (8, 10, 10, 3)
     assert acceptance(gen.rounds) == pytest.approx(8 / 9)  # kept / tested: the untested one does not count
+    # a_i = P(position i kept | position i reached and drafted), as the summary, notebook 03 and the sweep give it:
+    # positions 1 and 2 reached in all three rounds and kept; position 3 reached in rounds 1 (rejected) and 2
+    # (kept); position 4 only in round 2 (round 1's was after the rejection, round 3's after the stop token)
+    assert s.per_position_acceptance == (1.0, 1.0, 0.5, 1.0)
     text = summary_markdown(s, gen.rounds)
     assert "drafts kept / drafted = 8 / 10" in text and "drafts kept / tested = 8 / 9" in text
     assert "**3 rounds**, **4 verifier passes**" in text and "10 tokens / 3 rounds" in text
@@ -265,3 +269,24 @@ def test_mix_uniform_is_a_distribution():
         m = mix_uniform(q, e)
         assert torch.allclose(m.sum(-1), torch.ones(3)) and (m >= 0).all()
     assert torch.allclose(mix_uniform(q, 1.0), torch.full((3, 50), 1 / 50))
+
+
+# ---- the one cost fit, the one noise bound, the figures' data ----------------------------------
+
+def test_the_cost_fit_the_bound_and_the_round_timeline_by_hand():
+    from specdec.costfit import fit_line
+    from specdec.experiment import overlap, tv_distance, tv_noise_bound
+    from specdec.theory import round_timeline
+    assert fit_line([1, 2, 3], [3.0, 5.0, 7.0]) == pytest.approx((1.0, 2.0))             # t(L) = 1 + 2 L exactly
+    assert fit_line([1, 1, 3, 3], [2.0, 4.0, 6.0, 8.0]) == pytest.approx((1.0, 2.0))     # repeated rows: every point
+    assert fit_line([5, 5], [2.0, 4.0]) == (3.0, 0.0)                                   # no spread in L: flat, the mean
+    with pytest.raises(ValueError, match="as many rows as times"):
+        fit_line([1, 2], [1.0])
+    p, q = torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.25, 0.25, 0.5])
+    shared, residual, excess, beta = overlap(p, q)
+    assert torch.equal(shared + residual, p) and torch.equal(shared + excess, q) and beta == 0.5
+    assert tv_distance(p, q) == pytest.approx(0.5) and tv_noise_bound(torch.tensor([0.0, 1.0]), 10) == 0.0
+    assert tv_noise_bound(torch.tensor([0.5, 0.5]), 100) == pytest.approx(1.5 * 2 * 0.05)
+    steps = round_timeline(2, 0.25, 1.5)                  # 2 drafts at 0.25, a verification of 3 rows at 1.5: 2 steps
+    assert [(s[0], s[2], s[3]) for s in steps] == [("speculative", 0.0, 0.25), ("speculative", 0.25, 0.25),
+                                                   ("speculative", 0.5, 1.5), ("plain", 0.0, 1.0), ("plain", 1.0, 1.0)]

@@ -1,7 +1,8 @@
 """Losslessness: what speculative sampling emits is distributed exactly as the verifier's p.
 
 Single round: 200k vectorised trials of the pure rule on a toy vocabulary, with temperature,
-top-k and top-p on; the histogram of each emitted position must be within ``noise_bound`` of p:
+top-k and top-p on; the histogram of each emitted position must be within ``noise_bound`` of p
+(``specdec.experiment.tv_noise_bound``, the project's one bound):
 1.5 * sum_v sqrt(p(1-p)/N), about four times the expected total-variation noise of N samples
 (<= 0.01 at position 1) and several times smaller than TV(q, p), so a wrong rule (or argmax
 drafting) fails. Multi-round: the whole engine on tiny random models against the exact
@@ -14,18 +15,11 @@ import torch
 
 import tiny
 from specdec import Generation, DecodeConfig, SamplingConfig, make_drafter
+from specdec.experiment import tv_distance as tv, tv_noise_bound as noise_bound
 from specdec.rule import verify
 from specdec.sampling import probs_from_logits
 
 TRIALS, K, V = 200_000, 3, 12
-
-
-def noise_bound(p: torch.Tensor, n: int) -> float:
-    return 1.5 * (p * (1 - p) / n).sqrt().sum().item()
-
-
-def tv(a: torch.Tensor, b: torch.Tensor) -> float:
-    return 0.5 * (a - b).abs().sum().item()
 
 
 def hist(tokens: torch.Tensor, v: int) -> torch.Tensor:
@@ -54,7 +48,7 @@ def test_one_round_emits_p(sampling):
         assert n > 5000
         # <=: when p_i is one-hot the bound is 0 and the histogram must equal p_i exactly
         assert tv(hist(emitted[reached, i], V), p[i]) <= noise_bound(p[i], n), f"position {i} ({n} trials)"
-    # acceptance at position 0 equals beta = sum min(p, q), the paper's alpha
+    # acceptance at position 0 equals beta = sum min(p, q) (Leviathan et al.'s beta; their alpha = E[beta])
     beta = torch.minimum(p[0], q[0]).sum().item()
     assert abs((v.n_accepted >= 1).float().mean().item() - beta) < 0.005
 
