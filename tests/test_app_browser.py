@@ -304,6 +304,7 @@ def test_the_tree_drafter_draws_its_tree_its_sibling_tests_and_its_mask(page, ar
 def test_sample_on_a_round_with_no_rejection_says_so_and_shows_both_histograms(page, artifacts):
     fill(page, temperature=0.8, k=2, max_new_tokens=48)
     table = page.get_by_role("table", name="Drafted tokens")
+    page.get_by_text("Losslessness, seen: run the rule 10,000 times on this round").click()  # open: its picker drawn
     picker = page.get_by_label("Position to sample (the round's tested positions)")
     # the seed is fixed, but the drafts depend on this machine's precision: step to a round that kept both
     # drafts at a position where the bug lands visibly off p (where q or p is one-hot it cannot)
@@ -316,7 +317,6 @@ def test_sample_on_a_round_with_no_rejection_says_so_and_shows_both_histograms(p
                 break
     else:
         pytest.fail("no round kept both drafts where the bug differs")
-    page.get_by_text("Losslessness, seen: run the rule 10,000 times on this round").click()
     expect(picker).to_have_value(re.compile(r"the bug differs most"))
     page.get_by_role("button", name="Sample 10,000 times").click()
     expect(page.get_by_text(re.compile(rf"Round {n} had no rejection")).first).to_be_visible()
