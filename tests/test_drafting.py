@@ -290,3 +290,27 @@ def test_the_cost_fit_the_bound_and_the_round_timeline_by_hand():
     steps = round_timeline(2, 0.25, 1.5)                  # 2 drafts at 0.25, a verification of 3 rows at 1.5: 2 steps
     assert [(s[0], s[2], s[3]) for s in steps] == [("speculative", 0.0, 0.25), ("speculative", 0.25, 0.25),
                                                    ("speculative", 0.5, 1.5), ("plain", 0.0, 1.0), ("plain", 1.0, 1.0)]
+
+
+def test_the_cost_model_on_rounds_whose_times_are_set_by_hand():
+    """The numbers of Compare's "Why this speed-up?" (and notebooks 03 and 05), on rounds whose times
+    are set by hand: verifier-only rounds of 100 ms each; speculative rounds drafting 4 tokens in 40 ms
+    and verifying their 5 rows in 150 ms, the first keeping 2 (a rejection: 3 tested, 3 tokens), the
+    second all 4 and a bonus (5 tokens)."""
+    from types import SimpleNamespace as R
+
+    from specdec.theory import cost_model, decode_tokens_per_s
+
+    def rnd(draft, total, drafted=0, tested=0, kept=0, tokens=1):
+        return R(times=R(draft=draft, total=total), drafted=drafted, tested=tested, n_accepted=kept,
+                 emitted=[0] * tokens)
+    base = [rnd(0.0, 0.1) for _ in range(4)]
+    spec = [rnd(0.04, 0.19, 4, 3, 2, 3), rnd(0.04, 0.19, 4, 4, 4, 5)]
+    m = cost_model(base, spec)
+    assert decode_tokens_per_s(base) == pytest.approx(10.0) and decode_tokens_per_s(spec) == pytest.approx(8 / 0.38)
+    assert m.t1 == pytest.approx(0.1) and m.c == pytest.approx(0.1)            # 10 ms per drafted token / 100 ms
+    assert (m.t_f, m.t_r) == pytest.approx((0.0875, 0.0125))                  # the line through (1, 100) and (5, 150) ms
+    assert m.v(4) == pytest.approx(1.5) and m.a == pytest.approx(6 / 7) and m.k_mean == 4
+    assert m.measured == pytest.approx((8 / 0.38) / 10.0)
+    assert m.speedup(4) == pytest.approx(tokens_per_round(6 / 7, 4) / (4 * 0.1 + 1.5))
+    assert cost_model(base, [rnd(0.0, 0.1)]) is None                           # nothing drafted: no model
