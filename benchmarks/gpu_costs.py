@@ -7,7 +7,7 @@ exactly as the engine runs it on that device (static cache, ``CachedLM.forward``
 waiting for the device):
 
 * time(L) for L = 1..16 new rows after a ``--context``-token prompt, per model and mode (eager;
-  CUDA graphs where there are any), the median of ``--reps`` calls, and the fit a + b L;
+  CUDA graphs where there are any), the median of ``--reps`` calls, and the fit t(L) = t_f + t_r·L;
 * the verifier padded to ``GPU_PAD_ROWS`` rows, as it runs for exact greedy output: what
   exactness costs against the fastest (unpadded) one-row forward;
 * the predicted speed-up from those costs at the acceptance measured on the CPU for the real

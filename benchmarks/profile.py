@@ -1,6 +1,6 @@
 """Where the time of a run goes: per-phase totals of speculative and verifier-only runs, the share
 of wall time outside model forwards, and the cost of one forward split into a fixed part and a
-part per token, time(L) = a + b*L, fitted over L new tokens on top of a fixed context. A small b/a
+part per token, t(L) = t_f + t_r*L (docs/notation.md), fitted over L new tokens on top of a fixed context. A small t_r/t_f
 is why verifying K+1 tokens in one forward costs little more than decoding one.
 
 Against the physical limit: the machine's memory-read bandwidth (a 1.6 GB float32 sum on torch's
@@ -124,7 +124,7 @@ def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
         out[role] = {label: {**fit(lengths, [times[label][n] for n in lengths], k),
                              "weight_bytes": weight_bytes(lms[label][2])} for label in lms}
         for label, f in out[role].items():
-            log(f"{role:9s} {label:14s} a = {f['a_ms']:.2f} ms, b = {f['b_ms_per_token']:.3f} ms/token, "
+            log(f"{role:9s} {label:14s} t_f = {f['a_ms']:.2f} ms, t_r = {f['b_ms_per_token']:.3f} ms/token, "
                 f"K+1 vs 1 = {f[f'verify_vs_decode_k{k}']:.2f}")
         del lms
     return out

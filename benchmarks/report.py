@@ -149,11 +149,11 @@ def sweep_block(d: dict) -> str:
 
 
 def _fit_rows(costs: dict, k: int) -> list[str]:
-    """One row per fit: a, b, R^2, and the measured medians at L = 1, K+1 and the longest L, so a
+    """One row per fit: t_f, t_r, R^2, and the measured medians at L = 1, K+1 and the longest L, so a
     reader sees where the line does not fit."""
     some = next(iter(costs.values()))
     show = sorted({1, k + 1, some["lengths"][-1]} & set(some["lengths"]))
-    out = ["| engine, model | a (fixed ms) | b (ms per token) | R² | a / (a + b) | fitted K+1 vs 1 | "
+    out = ["| engine, model | t_f (fixed ms) | t_r (ms per row) | R² | t_f / (t_f + t_r) | fitted K+1 vs 1 | "
            + " | ".join(f"measured L = {n}" for n in show) + " |", "|---|" + "---:|" * (5 + len(show))]
     for name, f in costs.items():
         one = f["a_ms"] + f["b_ms_per_token"]
@@ -182,7 +182,7 @@ def _bandwidth_rows(d: dict) -> list[str]:
 
 
 def _kernel_rows(d: dict, k: int) -> list[str]:
-    """time(L) = a + b L per integer kernel variant, per model, their forwards interleaved."""
+    """t(L) = t_f + t_r·L per integer kernel variant, per model, their forwards interleaved."""
     if not d.get("kernels"):
         return []
     left = d["kernels"].get("left out")
@@ -206,7 +206,7 @@ def profile_block(d: dict) -> str:
     for name, r in d["runs"].items():
         phases = ", ".join(f"{ph} {share:.0%}" for ph, share in r["phase_share"].items())
         out.append(f"| {name} | {r['tok_s']:.2f} | {r['forward_share']:.0%} | {r['overhead_share']:.0%} | {phases} |")
-    out += ["", f"One forward of L new tokens on a {s['context']}-token cache, fitted as time(L) = a + b·L over "
+    out += ["", f"One forward of L new tokens on a {s['context']}-token cache, fitted as t(L) = t_f + t_r·L over "
                 f"L = {s['lengths'][0]}..{s['lengths'][-1]} (median of {s['reps']} reps):", ""]
     out += _fit_rows(d["forward_cost"], s["k"])
     out += _bandwidth_rows(d) + _kernel_rows(d, s["k"])
@@ -227,7 +227,7 @@ def runtime_compare_block(d: dict) -> str:
                    f"| {'–' if same is None else f'{sum(same)}/{len(same)} prompts'} |")
     costs = {f"ours, {role}": f for role, f in d["forward_cost"]["ours"].items()}
     costs |= {f"llama.cpp, {role}": f for role, f in (d["forward_cost"].get("llama.cpp") or {}).items()}
-    out += ["", f"Cost of one forward of L tokens after {s['context']} tokens, time(L) = a + b·L:", ""]
+    out += ["", f"Cost of one forward of L tokens after {s['context']} tokens, t(L) = t_f + t_r·L:", ""]
     out += _fit_rows(costs, s["k"])
     return "\n".join(out)
 
@@ -294,8 +294,8 @@ def gpu_costs_block(d: dict) -> str:
     out = [f"#### Forward costs on {hw['accelerator']}: the embedded pair's shapes, random weights", "",
            f"{hw['accelerator']} ({d['device']}), precision {d['precision']}; torch {d['versions']['torch']}; commit "
            f"`{d['commit']}`, {d['date'][:10]}. Median of {d['reps']} forwards of L new rows after a {d['context']}-token "
-           "context, through `CachedLM.forward` with the clock waiting for the device; a + b L fitted over L = 1..16.",
-           "", "| model | mode | 1 row (ms) | 7 rows (ms) | 16 rows (ms) | a (ms) | b (ms/row) |",
+           "context, through `CachedLM.forward` with the clock waiting for the device; t(L) = t_f + t_r·L fitted over L = 1..16.",
+           "", "| model | mode | 1 row (ms) | 7 rows (ms) | 16 rows (ms) | t_f (ms) | t_r (ms/row) |",
            "|---|---|---:|---:|---:|---:|---:|"]
     for name, x in c.items():
         ms = x["ms"]

@@ -1,7 +1,7 @@
 """Our engine against llama.cpp (llama-cpp-python) on the same GGUF verifier with the same thread
 count: greedy tok/s of verifier-only decoding and of speculative decoding (ours: the draft model
 and prompt lookup; llama.cpp: its prompt-lookup mode), and each engine's cost of one forward
-fitted as time(L) = a + b*L. Without llama-cpp-python, or with --tiny, llama.cpp is recorded as
+fitted as t(L) = t_f + t_r*L (docs/notation.md). Without llama-cpp-python, or with --tiny, llama.cpp is recorded as
 null with the reason and our numbers are still written.
 
     python -m benchmarks.runtime_compare           # 4 prompts x 128 tokens; L = 1..16, 11 reps
