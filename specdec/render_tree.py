@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .render import DASH, draft_depth, plural, verify_cost_text
 from .trace import ACCEPTED, BONUS, PLAIN, REJECTED, RoundTrace
+from .tree import children
 
 TREE_HEADERS = ["test", "parent", "child", "q(x)", "p(x)", "tested against", "ratio", "u", "verdict",
                 "r after it (top 3)"]
@@ -156,3 +157,21 @@ def tree_cache_text(r: RoundTrace, phase: str = "commit") -> str:
         out += (f", {r.draft_cache[1]} after keeping the path's nodes it had run (it catches up on the rest in its "
                 "next forward)." if phase == "commit" else ".")
     return out
+
+
+def slots(parents) -> list[float]:
+    """Each node's row, siblings stacked in test order from the top: a leaf takes the next row,
+    a parent sits halfway between its first and its last child."""
+    kids = children(parents)
+    y, leaves = [0.0] * len(parents), 0
+
+    def place(j: int) -> None:
+        nonlocal leaves
+        if not kids[j]:
+            y[j], leaves = -leaves, leaves + 1
+            return
+        for c in kids[j]:
+            place(c)
+        y[j] = (y[kids[j][0]] + y[kids[j][-1]]) / 2
+    place(0)
+    return y

@@ -10,9 +10,9 @@ from __future__ import annotations
 from html import escape
 
 from specdec.render import DASH
-from specdec.render_tree import TREE_HEADERS, tree_test_rows
+from specdec.render_tree import TREE_HEADERS, slots, tree_test_rows
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
-from specdec.tree import children, mask_grid
+from specdec.tree import mask_grid
 
 from .charts import BAR, COLORS
 
@@ -31,24 +31,6 @@ def _token(text: str) -> str:
     """A token in a box: whitespace made visible, short."""
     shown = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→") or "∅"
     return shown if len(shown) <= 10 else shown[:9] + "…"
-
-
-def slots(parents) -> list[float]:
-    """Each node's row, siblings stacked in test order from the top: a leaf takes the next row,
-    a parent sits halfway between its first and its last child."""
-    kids = children(parents)
-    y, leaves = [0.0] * len(parents), 0
-
-    def place(j: int) -> None:
-        nonlocal leaves
-        if not kids[j]:
-            y[j], leaves = -leaves, leaves + 1
-            return
-        for c in kids[j]:
-            place(c)
-        y[j] = (y[kids[j][0]] + y[kids[j][-1]]) / 2
-    place(0)
-    return y
 
 
 def _why_untested(r: RoundTrace, j: int) -> str:
