@@ -13,7 +13,7 @@ from html import escape
 
 import gradio as gr
 
-from . import charts
+from . import charts, figure_views
 from . import handlers as h
 from .charts import COLORS
 from .state import FIELD_LABELS, FIELDS, FORM, HINTS, Loader, Session, form_defaults
@@ -323,6 +323,7 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 sample_b = gr.Button("Sample 10,000 times", size="sm", scale=1)
             sample = {"summary": gr.Markdown(SAMPLE_INTRO),
                       "histogram": gr.Plot(visible=False, show_label=False)}
+        figure = figure_views.figure_section(loader, session)
     outputs, show = _view_outputs(StepView, view, form, alert, sidebar)
 
     def fill_picker(s):
@@ -336,11 +337,11 @@ def _step_tab(loader, session, form, sidebar) -> list:
                   show_progress="hidden")
     for action, button in buttons.items():
         button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs).then(
-            None, None, None, js=SHOW_FIELD_ERROR).then(**refill)
+            None, None, None, js=SHOW_FIELD_ERROR).then(**refill).then(**figure)
     # the real tree's shape into the sidebar, then its first round drafted (the change restarts the step-through)
     real_tree_b.click(lambda: REAL_TREE, None, [form["tree_width"], form["tree_nodes"], form["confidence"]],
                       queue=False).then(_streaming(show, partial(h.step, loader, "draft")), [session, *form.values()],
-                                        outputs).then(**refill)
+                                        outputs).then(**refill).then(**figure)
     sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
     sample_b.click(lambda s, at: sample_show(h.sample(s, at)), [session, picker], sample_outputs)
     return [*buttons.values(), real_tree_b]
