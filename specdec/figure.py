@@ -173,6 +173,14 @@ def round_figure(r: RoundTrace, phase: str = "commit", *, settings=None, context
             f'<title>{escape(label)}</title><desc>{escape(story.replace("**", ""))}</desc>{"".join(parts)}</svg>')
 
 
+def generation_context(gen, r: RoundTrace, tokens: int = 40) -> str:
+    """The end of the context a round of ``gen`` (a :class:`~specdec.Generation`) began from, as the verifier
+    read it: its last ``tokens`` tokens, special ones (the chat template's) included; the figure's line
+    shows as many characters as fit."""
+    ids = (gen.prompt_ids + gen.token_ids)[:r.context_len][-tokens:]
+    return gen.pair.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
 def save_round_figure(r: RoundTrace, path, phase: str = "commit", **kw) -> Path:
     """Write :func:`round_figure` to ``path`` (an ``.svg`` file); returns the path."""
     path = Path(path)

@@ -12,12 +12,12 @@ from functools import partial
 import gradio as gr
 
 from specdec import Generation, round_figure
+from specdec.figure import generation_context
 from specdec.render import output_text, segments
 
 from .state import Loader, Session
 
 NOTHING = "Nothing to download yet: step a round first (**Draft** or **Step round**)."
-CONTEXT_TOKENS = 40  # the figure shows the end of the context; these tokens are more than its line holds
 # Saves the preview's SVG as a file, or draws it on a canvas of the figure's size and saves that as PNG.
 SAVE = """(kind) => {
   const svg = document.querySelector('#round-figure svg');
@@ -50,10 +50,8 @@ def figure_svg(session: Session, step_fit: tuple[float, float] | None = None) ->
 def _context(session: Session, before: list, r) -> str:
     """The text before the round: a live run's last tokens as the verifier read them (its chat template
     included); a replayed trace's prompt and output, which is all a trace keeps."""
-    gen = session.gen
-    if isinstance(gen, Generation):
-        ids = (gen.prompt_ids + gen.token_ids)[:r.context_len][-CONTEXT_TOKENS:]
-        return gen.pair.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    if isinstance(session.gen, Generation):
+        return generation_context(session.gen, r)
     return f"{session.settings.prompt}\n{output_text(segments(before))}"
 
 
