@@ -18,7 +18,7 @@ from html import escape
 from pathlib import Path
 
 from .render import COLUMNS, DASH, explain, position_rows
-from .render_tree import slots, tree_explain, tree_test_rows
+from .render_tree import tree_explain, tree_layout, tree_test_rows
 from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNREACHED, UNTESTED,
                     RoundTrace)
 
@@ -54,11 +54,12 @@ MONO = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
 SANS_EM, MONO_EM = 0.6, 0.61      # a character's advance, in em, for laying text out (DejaVu: at most these)
 INK, MUTED = "#111827", "#374151"
 BODY = 24                         # body text; nothing is smaller than 22 px when drawn at full size
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # characters XML 1.0 cannot hold
 
 
 def visible(text: str, limit: int = 0) -> str:
-    """A token's text with its whitespace marked as the app marks it (· → ↵), control characters as
-    their pictures and text no SVG can hold replaced; cut to ``limit`` characters with an ellipsis."""
+    """A token's text with its whitespace marked as the app marks it (· → ↵) and control characters as
+    their pictures; cut to ``limit`` characters with an ellipsis."""
     out = "".join(MARKS.get(c) or _printable(c) for c in text) or "∅"
     return out if not limit or len(out) <= limit else out[:limit - 1] + "…"
 
@@ -69,11 +70,12 @@ def _printable(c: str) -> str:
         return chr(0x2400 + o)                      # ␍ for a carriage return, ␀ for NUL, ...
     if o == 127:
         return "␡"
-    if c.isspace():
-        return "·"                                  # a no-break or other Unicode space
-    if 0xD800 <= o <= 0xDFFF or o in (0xFFFE, 0xFFFF):
-        return "\ufffd"                             # a lone surrogate or a non-character: not XML
-    return c
+    return "·" if c.isspace() else c                # a no-break or other Unicode space
+
+
+def _xml(text: str) -> str:
+    """Any text (a title, a model's name, a paragraph) escaped for XML, characters XML cannot hold replaced."""
+    return escape(NOT_XML.sub("\ufffd", text))
 
 
 def _width(text: str, px: float, mono: bool = False) -> float:
@@ -120,7 +122,7 @@ def _text(x: float, y: float, s: str, px: float = BODY, *, mono: bool = False, b
     family = f' font-family="{MONO}"' if mono else ""
     end = f' text-anchor="{anchor}"' if anchor != "start" else ""
     return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{px:g}"{family}{weight}{end} fill="{fill}" '
-            f'xml:space="preserve">{escape(s)}</text>')
+            f'xml:space="preserve">{_xml(s)}</text>')
 
 
 def _rect(x: float, y: float, w: float, h: float, fill: str, line: str | None = None, width: float = 2,
@@ -169,8 +171,8 @@ def round_figure(r: RoundTrace, phase: str = "commit", *, settings=None, context
               + _legend(r, phase, *boxes[2]))
     label = f"{heading}. {_settings_line(r, settings, greedy)}"
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
-            f'aria-label="{escape(label)}" font-family="{SANS}" data-name="specdec-round-{r.index + 1}-{phase}">'
-            f'<title>{escape(label)}</title><desc>{escape(story.replace("**", ""))}</desc>{"".join(parts)}</svg>')
+            f'aria-label="{_xml(label)}" font-family="{SANS}" data-name="specdec-round-{r.index + 1}-{phase}">'
+            f'<title>{_xml(label)}</title><desc>{_xml(story.replace("**", ""))}</desc>{"".join(parts)}</svg>')
 
 
 def generation_context(gen, r: RoundTrace, tokens: int = 40) -> str:
@@ -266,7 +268,7 @@ def _table(headers: list[str], rows: list, room: float) -> list[str]:
     y = TOP + 52
     for status, pos, cells in shown:
         story = f"position {cells[0]}, {pos.text!r}: " + ", ".join(f"{h} {c}" for h, c in zip(headers[2:], cells[2:]))
-        out.append(f'<g class="draft-row" data-status="{status}"><title>{escape(story)}</title>'
+        out.append(f'<g class="draft-row" data-status="{status}"><title>{_xml(story)}</title>'
                    + _rect(M, y, sum(widths), row_h - 6, FILL[status], rx=6)
                    + _rect(M, y, 10, row_h - 6, LINE[status], rx=3)
                    + "".join(_text(x + 14, y + (row_h - 6) / 2 + px * 0.36, c, px, mono=m, bold=h == "verdict")
@@ -286,12 +288,8 @@ def _tree(r: RoundTrace, phase: str, greedy: bool) -> tuple[list[str], tuple]:
     leaves a tall, narrow tree drawn larger."""
     t, nodes = r.tree, list(r.tree.nodes)
     decided = phase in ("accept", "commit")
-    parents = [n.parent for n in nodes]
-    final = decided and r.next_token is not None
-    if final:  # the token that ends the round: one more child of the node the walk stopped at
-        parents.append(t.kept[-1] if t.kept else 0)
-    depth = [0] + [n.depth for n in nodes[1:]] + ([nodes[parents[-1]].depth + 1] if final else [])
-    row = [-v for v in slots(parents)]
+    parents, depth, row = tree_layout(r, phase)
+    final = len(parents) > len(nodes)  # the token that ends the round is drawn too
     kinds = [ROOT] + [n.status if decided else DRAFTED for n in nodes[1:]] + ([r.next_kind] if final else [])
     labels = []
     for j, kind in enumerate(kinds):
@@ -329,7 +327,7 @@ def _tree(r: RoundTrace, phase: str, greedy: bool) -> tuple[list[str], tuple]:
                    f'stroke="{colour}" stroke-width="{6 if kept else 3}"{dash}/>')
     for j, ((top, mid_line, cue), kind) in enumerate(zip(labels, kinds)):
         cls = "round-end" if j == len(nodes) else "tree-node"
-        out.append(f'<g class="{cls}" data-status="{kind}"><title>{escape(_node_story(r, j, phase, kind))}</title>'
+        out.append(f'<g class="{cls}" data-status="{kind}"><title>{_xml(_node_story(r, j, phase, kind))}</title>'
                    + _rect(x[j], y[j], box_w[j], box_h, FILL[kind], LINE[kind], 5 if decided and j in t.kept else 2.5)
                    + _text(x[j] + 14, y[j] + 32, top, 26, mono=True)
                    + _text(x[j] + 14, y[j] + 60, mid_line, 22)

@@ -159,6 +159,18 @@ def tree_cache_text(r: RoundTrace, phase: str = "commit") -> str:
     return out
 
 
+def tree_layout(r: RoundTrace, phase: str) -> tuple[list[int], list[int], list[float]]:
+    """The boxes a drawing of a tree round has as far as ``phase``: each one's parent, depth and row (0 at
+    the top, siblings in test order). Once the verdicts are revealed the token that ends the round is one
+    more box, a child of the node the walk stopped at."""
+    nodes = r.tree.nodes
+    parents = [n.parent for n in nodes]
+    if phase in ("accept", "commit") and r.next_token is not None:
+        parents.append(_walk_end(r))
+    depth = [0] + [n.depth for n in nodes[1:]] + ([nodes[parents[-1]].depth + 1] if len(parents) > len(nodes) else [])
+    return parents, depth, [-v for v in slots(parents)]
+
+
 def slots(parents) -> list[float]:
     """Each node's row, siblings stacked in test order from the top: a leaf takes the next row,
     a parent sits halfway between its first and its last child."""

@@ -187,6 +187,7 @@ def test_any_token_text_makes_a_valid_svg_with_its_whitespace_visible(chain, tmp
     assert [texts(g)[1] for g in groups(root, "draft-row")] == ["<a·&·'b'>", "··→x↵", "␀␛␍", "\ufffd·end"]
     shown = texts(root)
     assert shown[shown.index("Context (its end):") + 1] == "def·f():↵→return·1·<·2·&·3"
+    assert texts(parse(round_figure(r, title="a\x00b\ud800")))[0] == "a\ufffdb\ufffd"
     path = save_round_figure(r, tmp_path / "round.svg", "accept", settings=s)
     assert parse(path.read_text(encoding="utf-8")) is not None
     with pytest.raises(ValueError, match=r"\.svg"):
