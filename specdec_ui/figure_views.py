@@ -12,7 +12,7 @@ from functools import partial
 import gradio as gr
 
 from specdec import Generation, round_figure
-from specdec.figure import generation_context
+from specdec.figure import PHASE_NAMES, generation_context
 from specdec.render import output_text, segments
 
 from .state import Loader, Session
@@ -62,8 +62,8 @@ def update(loader: Loader, session: Session) -> list:
     if svg is None:
         return [NOTHING, gr.update(interactive=False), gr.update(interactive=False), ""]
     r, phase = session.walk.shown, session.walk.phase
-    note = (f"**Download this round** (round {r.index + 1}, as far as {phase}) as a figure for a slide, 1920×1080: "
-            "SVG scales without loss, PNG goes anywhere.")
+    note = (f"**Download this round** (round {r.index + 1}, after {PHASE_NAMES[phase]}) as a 1920×1080 figure for a "
+            "slide: SVG scales without loss, PNG goes anywhere.")
     return [note, gr.update(interactive=True), gr.update(interactive=True), svg]
 
 

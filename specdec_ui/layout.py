@@ -315,6 +315,7 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
         view["tree"] = gr.HTML(visible=False)  # a tree round's tree: the page's whole width, wide trees scroll inside
         view["tests"] = gr.HTML(visible=False)  # a tree round's sibling tests: ten columns, the page's whole width
+        figure = figure_views.figure_section(loader, session)
         view["text"], view["plain"] = _text_views("step")
         with gr.Accordion("Losslessness, seen: run the rule 10,000 times on this round", open=False):
             with gr.Row(equal_height=True):
@@ -323,7 +324,6 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 sample_b = gr.Button("Sample 10,000 times", size="sm", scale=1)
             sample = {"summary": gr.Markdown(SAMPLE_INTRO),
                       "histogram": gr.Plot(visible=False, show_label=False)}
-        figure = figure_views.figure_section(loader, session)
     outputs, show = _view_outputs(StepView, view, form, alert, sidebar)
 
     def fill_picker(s):
