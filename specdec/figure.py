@@ -192,16 +192,21 @@ def save_round_figure(r: RoundTrace, path, phase: str = "commit", **kw) -> Path:
     return path
 
 
+def _tested(r: RoundTrace) -> list:
+    """The drafts the rule tested: a chain's positions, or a tree's nodes."""
+    return ([n for n in r.tree.nodes if n.status in (ACCEPTED, REJECTED)] if r.tree is not None else
+            [p for p in r.positions if p.tested])
+
+
 def _drew_nothing(r: RoundTrace) -> bool:
     """Temperature 0 as the round shows it: tests were made and none drew a u."""
-    tested = ([n for n in r.tree.nodes if n.status in (ACCEPTED, REJECTED)] if r.tree is not None else
-              [p for p in r.positions if p.tested])
+    tested = _tested(r)
     return bool(tested) and all(t.u is None for t in tested)
 
 
 def _settings_line(r: RoundTrace, settings, greedy: bool) -> str:
     if settings is None:
-        return "temperature 0 (greedy)" if greedy else "sampled (temperature above 0)"
+        return "temperature 0 (greedy)" if greedy else "temperature above 0" if _tested(r) else "settings not given"
     d, s = settings.decode, settings.decode.sampling
     out = [f"K = {d.k}"]
     if r.tree is not None:
