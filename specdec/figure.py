@@ -51,9 +51,10 @@ RIGHT_X = W - M - 620
 RIGHT = ((RIGHT_X, TOP, 620, 236), (RIGHT_X, TOP + 256, 620, 236), (RIGHT_X, TOP + 512, 620, H - 24 - TOP - 512))
 SANS = "'DejaVu Sans', 'Segoe UI', Arial, sans-serif"
 MONO = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
-SANS_EM, MONO_EM = 0.6, 0.61      # a character's advance, in em, for laying text out (DejaVu: at most these)
+SANS_EM, BOLD_EM, MONO_EM = 0.6, 0.66, 0.61  # a character's advance, in em, for laying text out (DejaVu: at most)
 INK, MUTED = "#111827", "#374151"
 BODY = 24                         # body text; nothing is smaller than 22 px when drawn at full size
+GROW = 1.4                        # a small tree is drawn larger, to this scale at most
 NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # characters XML 1.0 cannot hold
 
 
@@ -78,8 +79,8 @@ def _xml(text: str) -> str:
     return escape(NOT_XML.sub("\ufffd", text))
 
 
-def _width(text: str, px: float, mono: bool = False) -> float:
-    return len(text) * px * (MONO_EM if mono else SANS_EM)
+def _width(text: str, px: float, mono: bool = False, bold: bool = False) -> float:
+    return len(text) * px * (MONO_EM if mono else BOLD_EM if bold else SANS_EM)
 
 
 def _wrap(text: str, width: float, px: float) -> list[str]:
@@ -257,13 +258,15 @@ def _chain(r: RoundTrace, phase: str, greedy: bool, story: str) -> list[str]:
 
 
 def _table(headers: list[str], rows: list, room: float) -> list[str]:
-    n = len(rows)
-    row_h = max(34.0, min(62.0, (BAND - 30 - TOP - 56) / n))
-    shown = rows if row_h * n <= BAND - 30 - TOP - 56 else rows[:int((BAND - 30 - TOP - 56) // row_h) - 1]
-    px = 26 if row_h >= 48 else 22
+    n, tall = len(rows), BAND - 30 - TOP - 56
+    row_h = max(34.0, min(76.0, tall / n))
+    shown = rows if row_h * n <= tall else rows[:int(tall // row_h) - 1]
     mono = [h == "token" for h in headers]
-    widths = [max(_width(h, 22), *(_width(c[k], px, mono[k]) for _, _, c in shown)) + 28
-              for k, h in enumerate(headers)]
+    for px in [size for size in (30, 26, 22) if row_h >= size * 2.2 or size == 22]:  # the largest that fits
+        widths = [max(_width(h, 22, bold=True), *(_width(c[k], px, mono[k], h == "verdict") for _, _, c in shown)) + 28
+                  for k, h in enumerate(headers)]
+        if sum(widths) <= room:
+            break
     extra = max(0.0, room - sum(widths))
     widths[-1] += extra                   # the last column takes what is left: verdicts are the longest
     xs = [M + sum(widths[:k]) for k in range(len(widths))]
@@ -304,16 +307,16 @@ def _tree(r: RoundTrace, phase: str, greedy: bool) -> tuple[list[str], tuple]:
             labels.append((visible(r.next_token.text, 12), how, CUES[kind]))
         else:
             n = nodes[j]
-            nums = "last in context" if j == 0 else f"q {n.q:.2f}" + (f" · p {n.p:.2f}" if phase != "draft" else "")
+            nums = "last in context" if j == 0 else f"q {n.q:.2g}" + (f" · p {n.p:.2g}" if phase != "draft" else "")
             labels.append((f"{j} {visible(n.text, 12)}", nums, CUES[kind]))
-    box_w = [max(_width(a, 26, True), _width(b, 22), _width(c, 22)) + 28 for a, b, c in labels]
+    box_w = [max(_width(a, 26, True), _width(b, 22), _width(c, 22, bold=True)) + 28 for a, b, c in labels]
     box_h, gap_x, gap_y = 96, 40, 12
     cols = max(depth) + 1
     col_w = [max(w for w, d in zip(box_w, depth) if d == c) for c in range(cols)]
     col_x = [sum(col_w[:c]) + gap_x * c for c in range(cols)]
     width, height = col_x[-1] + col_w[-1], (max(row) + 1) * (box_h + gap_y) - gap_y
-    below = min(1.0, (W - 2 * M) / width, (BAND - 40 - TOP) / height)
-    beside = min(1.0, (RIGHT_X - 40 - M) / width, (H - 24 - TOP) / height)
+    below = min(GROW, (W - 2 * M) / width, (BAND - 40 - TOP) / height)
+    beside = min(GROW, (RIGHT_X - 40 - M) / width, (H - 24 - TOP) / height)
     scale, boxes, room = (below, BOTTOM, W - 2 * M) if below >= beside else (beside, RIGHT, RIGHT_X - 40 - M)
     x0 = M + (room - width * scale) / 2
     x = [col_x[d] for d in depth]
@@ -369,7 +372,7 @@ def _round_end(r: RoundTrace, phase: str, greedy: bool, x: float, y: float, w: f
     if r.next_token is None:
         stop = r.positions[r.n_accepted - 1].text
         return out + [_text(x + 20, y + 84 + 30 * j, line, 22) for j, line in enumerate(_wrap(
-            f"None: the kept draft {visible(stop)} is a stop token, so the output ends there.", w - 40, 22))]
+            f"None: the kept draft '{visible(stop)}' is a stop token, so the output ends there.", w - 40, 22))]
     token, cue = visible(r.next_token.text, 16), f"   {CUES[r.next_kind]}"
     chip_w = _width(token, 30, True) + _width(cue, 24) + 36
     out.append(f'<g class="round-end" data-status="{r.next_kind}">'
@@ -393,7 +396,7 @@ def _source(r: RoundTrace, greedy: bool) -> str:
         return (f"Bonus: the verifier's argmax at {where}." if greedy else f"Bonus: drawn from p at {where} ({p}).")
     if r.next_kind == PLAIN:
         return f"Drawn from p: nothing was drafted, a plain verifier step ({p})."
-    i, x = r.rejected_at, visible(r.positions[r.rejected_at].text)
+    i, x = r.rejected_at, f"'{visible(r.positions[r.rejected_at].text)}'"
     if greedy:
         return f"The verifier's argmax at position {i + 1}, in place of the rejected draft {x}."
     return f"Drawn from the residual norm(max(0, p − q)) at position {i + 1}, where {x} was rejected ({p})."

@@ -69,13 +69,13 @@ def update(loader: Loader, session: Session) -> list:
 
 def figure_section(loader: Loader, session) -> dict:
     """The control, in the step-through tab; returns the event that refreshes it, to run after each step."""
-    with gr.Row(equal_height=True):
-        note = gr.Markdown(NOTHING)
+    note = gr.Markdown(NOTHING)
+    with gr.Row():
         svg_b = gr.Button("Download SVG", size="sm", interactive=False, scale=0, min_width=150)
         png_b = gr.Button("Download PNG", size="sm", interactive=False, scale=0, min_width=150)
-    with gr.Accordion("Preview the figure", open=False):
-        preview = gr.HTML("", elem_id="round-figure",
-                          css_template="svg { display: block; width: 100%; height: auto; border: 1px solid #e5e7eb; }")
+    preview = gr.HTML("", elem_id="round-figure",
+                      css_template="svg { display: block; width: 100%; max-width: 720px; height: auto; "
+                                   "border: 1px solid #e5e7eb; }")
     svg_b.click(None, None, None, js=f"() => ({SAVE})('svg')")
     png_b.click(None, None, None, js=f"() => ({SAVE})('png')")
     return dict(fn=partial(update, loader), inputs=session, outputs=[note, svg_b, png_b, preview],
