@@ -54,7 +54,14 @@ _CAMEL = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
 _STATEMENT = re.compile(r"\s*(?:def|class|import|from|return|if|elif|else|for|while|try|except|finally|with|raise|"
                         r"assert|pass|break|continue|yield|lambda|async|await|global|nonlocal|del)\b")
 _CODE_LINE = re.compile(r"^(?: {4}|\t)|==|!=|<=|>=|->|[+\-*/%]=|:=| = |\w[(\[]")
-_TRAILING_WORD = re.compile(r"\w+\Z")  # \Z: "$" would match before a final line break
+
+
+def _trailing_word(before: str) -> str:
+    """The letters, digits and "_" that end ``before`` (read backwards: a regex search would try every start)."""
+    i = len(before)
+    while i and (before[i - 1].isalnum() or before[i - 1] == "_"):
+        i -= 1
+    return before[i:]
 
 
 def _symbolic(text: str) -> bool:
@@ -79,9 +86,9 @@ def token_kind(text: str, before: str = "") -> str:
         return WHITESPACE if text else OTHER
     m = _WORDY.fullmatch(stripped)
     wordy = m is not None and _symbolic(m.group(1)) and _symbolic(m.group(3))
-    glued = text[0] == stripped[0] and _TRAILING_WORD.search(before)  # no space between it and a word before
+    glued = _trailing_word(before) if text[0] == stripped[0] else ""  # no space between it and a word before
     if wordy and glued and not m.group(1):  # the rest of the word before it: read the word whole
-        word = glued.group() + m.group(2)
+        word = glued + m.group(2)
         return NUMBER if word.isdigit() else _word_kind(word, before, text)
     if _NUMBER.fullmatch(stripped):
         return NUMBER
