@@ -3,6 +3,8 @@ operators, numbers, a keyword against the same word in prose), and the per-class
 which add up to the run's drafts tested and kept."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import tiny
@@ -166,3 +168,44 @@ def test_the_sentence_names_the_highest_and_lowest_classes_with_enough_samples_o
     assert kinds_sentence(()).startswith("Too few") and kinds_sentence((KindCount(WORD, 5, 10),)).startswith("Only")
     assert KindCount(WORD, 0, 0).rate is None and set(KIND_NAMES) == set(KINDS)
 
+
+# ---- the Run and Compare tabs -----------------------------------------------------------------
+
+def test_the_run_view_draws_kept_over_tested_per_kind_with_its_counts_and_says_what_they_show():
+    from specdec_ui.views import run_view
+    view = run_view(SCRIPTED, 0.0, "Finished.")
+    rows = list(view.kinds.data[0].y)
+    assert rows[:5] == ["whitespace<br>3/3", "punctuation, operators<br>3/3", "keywords<br>1/2", "identifiers<br>3/4",
+                        "numbers<br>none tested"]
+    assert list(view.kinds.data[0].x)[:4] == [1.0, 1.0, 0.5, 0.75]
+    assert view.kinds_text.startswith("Too few drafts were tested")           # 4 at most in one kind
+    assert "kept / tested: drafts kept over drafts the rule tested" in view.kinds_text
+    live = run_view(SCRIPTED, 0.0, "Round 5...", final=False)                 # drawn once, at the end
+    assert live.kinds == live.kinds_text == "unchanged"
+    assert run_view(SCRIPTED[:0], 0.0, "Finished.").kinds is None             # nothing drafted: no empty chart
+
+
+def _shown(fig) -> list[tuple[int, int]]:
+    """(kept, tested) per row of a per-kind chart, read from its row labels."""
+    return [tuple(map(int, m.groups())) if m else (0, 0)
+            for m in (re.search(r"<br>(\d+)/(\d+)", row) for row in fig.data[0].y)]
+
+
+def test_compare_draws_the_chart_over_every_speculative_run():
+    from dataclasses import replace
+    from specdec_ui.charts import SPECULATIVE, VERIFIER_ONLY
+    from specdec_ui.state import form_defaults, parse_form
+    from specdec_ui.views import compare_view
+    target = tiny.model(1, scale=4)
+    pair = tiny.pair(target, tiny.noisy_copy(target, 2, 0.3))
+    settings = parse_form({**form_defaults(), "prompt": "w1 w2 w3", "k": 3, "confidence": 0.0, "temperature": 1.0,
+                           "max_new_tokens": 16}, pair)
+    pairs = [{name: Generation.from_prompt(pair, settings.prompt, replace(settings.decode, seed=seed), drafter).run()
+              for name, drafter in ((VERIFIER_ONLY, "none"), (SPECULATIVE, "model"))} for seed in (0, 1)]
+    view = compare_view(pairs, settings, finished=True, final=True)
+    runs = [p[SPECULATIVE].rounds for p in pairs]
+    assert len(view.kinds.data) == 1                                          # the one speculative side
+    assert _shown(view.kinds) == [(c.kept, c.tested) for c in acceptance_by_kind(*runs)]
+    assert sum(t for _, t in _shown(view.kinds)) == sum(r.tested for run in runs for r in run) > 0
+    assert "kept / tested" in view.kinds_text
+    assert compare_view(pairs, settings, finished=False).kinds == "unchanged"  # while it runs
