@@ -44,7 +44,7 @@ WHITESPACE, PUNCTUATION, KEYWORD, IDENTIFIER, NUMBER, WORD, OTHER = (
 KINDS = (WHITESPACE, PUNCTUATION, KEYWORD, IDENTIFIER, NUMBER, WORD, OTHER)
 KIND_NAMES = {WHITESPACE: "whitespace and indentation", PUNCTUATION: "punctuation and operators",
               KEYWORD: "language keywords", IDENTIFIER: "identifiers", NUMBER: "numbers", WORD: "words of prose",
-              OTHER: "other"}
+              OTHER: "other tokens"}
 KEYWORDS = frozenset(keyword.kwlist)
 MIN_TESTED = 10  # a class with fewer tested drafts is too few to compare (its rate moves by 10 points per draft)
 
