@@ -18,8 +18,8 @@ from the token id, so a trace file classes the same on any machine. The classes 
   "def", "return", "if", "True") is a keyword and any other word an identifier; in prose, a word.
   Soft keywords ("match", "case", "type", "_") are left out: in generated code they are names far
   more often than statements.
-* **other**: the rest: an empty text (a token that ends inside a character), an emoji, a mix such
-  as "a.b" or "x+y".
+* **other**: the rest: an empty text (a token that ends inside a character), a special token such
+  as "<|im_end|>", an emoji, a mix such as "a.b" or "x+y".
 
 *Code* is decided from the text before the token and the token itself, cheaply and in this order:
 inside a ``` fence (an odd number of fences before it), a comment after "#" or a string on the same
@@ -84,6 +84,8 @@ def token_kind(text: str, before: str = "") -> str:
     stripped = text.strip()
     if not stripped:
         return WHITESPACE if text else OTHER
+    if stripped.startswith("<|") and stripped.endswith("|>"):  # a chat template's markup: no text of the answer
+        return OTHER
     m = _WORDY.fullmatch(stripped)
     wordy = m is not None and _symbolic(m.group(1)) and _symbolic(m.group(3))
     glued = _trailing_word(before) if text[0] == stripped[0] else ""  # no space between it and a word before

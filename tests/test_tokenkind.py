@@ -72,7 +72,7 @@ def test_words_of_prose_including_comments_and_docstrings_in_code(text, before):
     assert token_kind(text, before) == WORD
 
 
-@pytest.mark.parametrize("text", ["", "🙂", "a.b", "x+y", "\ufffd", "\x00", "\ud800"])
+@pytest.mark.parametrize("text", ["", "🙂", "a.b", "x+y", "\ufffd", "\x00", "\ud800", "<|im_end|>"])
 def test_other(text):
     assert token_kind(text, PROSE) == OTHER
     assert token_kind(text, CODE + "    x" + text * 3) in KINDS            # any text after any text: a class
