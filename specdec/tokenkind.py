@@ -169,8 +169,12 @@ def kinds_sentence(counts: tuple[KindCount, ...], least: int = MIN_TESTED) -> st
     hi, lo = enough[0], enough[-1]
     head = (f"{KIND_NAMES[hi.kind].capitalize()} were kept most often, {_share(hi)}; {KIND_NAMES[lo.kind]} least, "
             f"{_share(lo)}.")
-    # two binomial proportions: a gap under two standard errors is what sampling alone often gives
-    noise = 2 * math.sqrt(hi.rate * (1 - hi.rate) / hi.tested + lo.rate * (1 - lo.rate) / lo.tested)
+    # two binomial proportions: a gap under two standard errors is what sampling alone often gives; each
+    # rate taken as (kept + 1) / (tested + 2), so that 12 of 12 does not claim no spread at all
+    def var(c: KindCount) -> float:
+        r = (c.kept + 1) / (c.tested + 2)
+        return r * (1 - r) / c.tested
+    noise = 2 * math.sqrt(var(hi) + var(lo))
     if hi.rate - lo.rate <= noise:
         head += (f" The gap ({hi.rate - lo.rate:.0%}) is within sampling noise for counts this small "
                  f"(about {noise:.0%}): no kind drafts clearly better here.")

@@ -165,6 +165,9 @@ def test_the_sentence_names_the_highest_and_lowest_classes_with_enough_samples_o
     assert "numbers: under 10 tested" in said and "other" not in said and "noise" not in said
     close = kinds_sentence((KindCount(KEYWORD, 9, 10), KindCount(WORD, 8, 10)))
     assert "within sampling noise" in close                              # 90% against 80% of 10 each
+    # 10 of 10 is no proof of a rate of 1: against 7 of 10 that is still noise (Fisher's exact test: p = 0.21)
+    assert "within sampling noise" in kinds_sentence((KindCount(KEYWORD, 10, 10), KindCount(WORD, 7, 10)))
+    assert "noise" not in kinds_sentence((KindCount(KEYWORD, 12, 12), KindCount(WORD, 63, 78)))
     assert kinds_sentence((KindCount(WORD, 3, 4),)).startswith("Too few drafts were tested")
     assert kinds_sentence(()).startswith("Too few") and kinds_sentence((KindCount(WORD, 5, 10),)).startswith("Only")
     assert KindCount(WORD, 0, 0).rate is None and set(KIND_NAMES) == set(KINDS)
