@@ -493,8 +493,8 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
                 model, settings.decode.k)
             if tree:
                 why += "\n\n" + tree_why_markdown(side(chain), side(TREE))
-        runs = {n: [p[n].rounds for p in started] for n in specs}
-        if any(r.positions for side in runs.values() for run in side for r in run):
+        if any(r.positions for n in specs for r in side(n)):  # every speculative run, one bar per side
+            runs = {n: [p[n].rounds for p in started] for n in specs}
             kinds, kinds_text = kinds_chart(runs), kinds_markdown(runs)
         race = charts.race_figure([(f"{name}{f' (run {i + 1})' if len(pairs) > 1 else ''}", name, p[name].rounds)
                                    for i, p in enumerate(started) for name in p])
