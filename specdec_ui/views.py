@@ -19,7 +19,8 @@ from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, dra
                             output_text, position_rows, round_stats, segment_detail, segments)
 from specdec.render_tree import tree_cache_text, tree_explain
 from specdec.theory import decode_tokens_per_s
-from specdec.tokenkind import KIND_NAMES, acceptance_by_kind, kinds_sentence
+from specdec import tokenkind
+from specdec.tokenkind import acceptance_by_kind, kinds_sentence
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, RoundTrace, RunSummary, summarize
 
 from . import charts, tree_views
@@ -280,9 +281,9 @@ def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: 
 
 
 KINDS_DEFINED = ("*kept / tested: drafts kept over drafts the rule tested (a draft after a rejection is never "
-                 "tested), per kind of drafted token: " + ", ".join(KIND_NAMES.values()) + ". Each token is classed "
-                 "by its text and the text before it: a word inside a code fence, inline code or a line of code is a "
-                 "keyword or an identifier, elsewhere a word of prose (the rules: docs/notation.md).*")
+                 f"tested), per kind of drafted token: {', '.join(tokenkind.KIND_NAMES.values())}. Each token is "
+                 "classed by its text and the text before it: a word inside a code fence, inline code or a line of "
+                 "code is a keyword or an identifier, elsewhere a word of prose (the rules: docs/notation.md).*")
 
 
 def kinds_chart(sides: dict[str, list[list[RoundTrace]]]):

@@ -184,6 +184,7 @@ def test_the_run_view_draws_kept_over_tested_per_kind_with_its_counts_and_says_w
     assert list(view.kinds.data[0].x)[:4] == [1.0, 1.0, 0.5, 0.75]
     assert view.kinds_text.startswith("Too few drafts were tested")           # 4 at most in one kind
     assert "kept / tested: drafts kept over drafts the rule tested" in view.kinds_text
+    assert ", ".join(KIND_NAMES.values()) in view.kinds_text and "bonus" not in view.kinds_text  # these kinds
     live = run_view(SCRIPTED, 0.0, "Round 5...", final=False)                 # drawn once, at the end
     assert live.kinds == live.kinds_text == "unchanged"
     assert run_view(SCRIPTED[:0], 0.0, "Finished.").kinds is None             # nothing drafted: no empty chart
