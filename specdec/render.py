@@ -62,7 +62,7 @@ def output_text(segs: list[Segment]) -> str:
 
 def segment_detail(s: Segment) -> str:
     """A token's story in one line: what it is, where it came from, its numbers."""
-    where = f"round {s.round + 1}, position {s.position + 1}" + (f", class: {KIND_NAMES[s.kind]}" if s.kind else "")
+    where = f"round {s.round + 1}, position {s.position + 1}" + (f" (class: {KIND_NAMES[s.kind]})" if s.kind else "")
     if s.label == ACCEPTED:
         nums = f"p {s.p:.3g}, q {s.q:.3g}, p/q {s.ratio:.3g}: kept"
     elif s.label == REJECTED:
