@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .theory import running_acceptance
+from .tokenkind import KIND_NAMES, token_kind
 from .trace import ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace
 
 TOKEN_KINDS = (ACCEPTED, REJECTED, RESAMPLED, BONUS, PLAIN)  # every kind of token in the colour-coded text
@@ -27,6 +28,7 @@ class Segment:
     position: int              # index within the round (K = the token after the drafts)
     p: float | None = None     # verifier probability (of the drafted token, or of the drawn one)
     q: float | None = None     # draft probability; None for resampled / bonus tokens
+    kind: str = ""             # what the token is (specdec.tokenkind), read after the text before it
 
     @property
     def ratio(self) -> float | None:
@@ -35,18 +37,22 @@ class Segment:
 
 def segments(rounds: list[RoundTrace]) -> list[Segment]:
     """Every emitted token in order, plus each rejected draft where it was replaced.
-    The texts of all segments but the rejected ones join to exactly the generated text."""
-    out = []
+    The texts of all segments but the rejected ones join to exactly the generated text. Each is
+    classed (:func:`specdec.tokenkind.token_kind`) after the text emitted before it."""
+    out, before = [], ""
     for r in rounds:
         for i, piece in enumerate(r.pieces):
             if i < r.n_accepted:
                 pos = r.positions[i]
-                out.append(Segment(piece, ACCEPTED, r.index, i, pos.p, pos.q))
+                out.append(Segment(piece, ACCEPTED, r.index, i, pos.p, pos.q, token_kind(piece, before)))
+                before += piece
                 continue
             if r.rejected_at is not None:
                 pos = r.positions[r.rejected_at]
-                out.append(Segment(pos.text, REJECTED, r.index, r.rejected_at, pos.p, pos.q))
-            out.append(Segment(piece, r.next_kind, r.index, i, r.next_token.prob))
+                out.append(Segment(pos.text, REJECTED, r.index, r.rejected_at, pos.p, pos.q,
+                                   token_kind(pos.text, before)))
+            out.append(Segment(piece, r.next_kind, r.index, i, r.next_token.prob, kind=token_kind(piece, before)))
+            before += piece
     return [s for s in out if s.text]  # a token ending inside a character has no text of its own
 
 
@@ -56,7 +62,7 @@ def output_text(segs: list[Segment]) -> str:
 
 def segment_detail(s: Segment) -> str:
     """A token's story in one line: what it is, where it came from, its numbers."""
-    where = f"round {s.round + 1}, position {s.position + 1}"
+    where = f"round {s.round + 1}, position {s.position + 1}" + (f" (class: {KIND_NAMES[s.kind]})" if s.kind else "")
     if s.label == ACCEPTED:
         nums = f"p {s.p:.3g}, q {s.q:.3g}, p/q {s.ratio:.3g}: kept"
     elif s.label == REJECTED:

@@ -12,6 +12,7 @@ from specdec.experiment import Histogram
 from specdec.figure import COLORS
 from specdec.render import PHASE_NAMES, draft_depth, round_stats
 from specdec.theory import CostModel, tokens_per_round_drafted
+from specdec.tokenkind import KindCount
 from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, UNREACHED, RoundTrace
 
 # One colour per kind of token (COLORS), shared by the charts, the token CSS (layout.CSS) and the round's figure.
@@ -217,6 +218,38 @@ def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
                    subtitle="(1 − a^(K+1)) / (1 − a), " + ("K = each tree's depth" if tree else "each round's K"),
                    xaxis_title="acceptance a (steps kept / tried)" if tree else "acceptance a (kept / tested)",
                    yaxis_title="tokens per round", xaxis=dict(range=[0, 1]), yaxis=dict(range=[0, k + 1.2]))
+
+
+# The classes as a chart's rows: short enough for a 400 px screen (specdec.tokenkind.KIND_NAMES in full)
+KIND_ROWS = {"whitespace": "whitespace", "punctuation": "punctuation, operators", "keyword": "keywords",
+             "identifier": "identifiers", "number": "numbers", "word": "prose words", "other": "other"}
+
+
+def kinds_figure(sides: dict[str, tuple[KindCount, ...]]) -> go.Figure:
+    """a = kept / tested per class of token, one bar trace per side (the Run tab has one; a
+    comparison with the tree drafter, the chain's and the tree's). Each row's label carries its
+    counts, kept/tested per side, so a rate is never read without how many drafts it rests on; a
+    class with no tested draft has no bar and says so."""
+    names = list(sides)
+    counts = list(sides.values())
+    rows = []
+    for i, kind in enumerate(c.kind for c in counts[0]):
+        per = [side[i] for side in counts]
+        said = " · ".join(f"{c.kept}/{c.tested}" if c.tested else "none tested" for c in per)
+        rows.append(f"{KIND_ROWS[kind]}<br>{said}")
+    fig = go.Figure([go.Bar(y=rows, x=[c.rate or 0 for c in side], orientation="h", name=name,
+                            marker_color=RACE_COLORS.get(name, BAR[ACCEPTED]), showlegend=len(sides) > 1,
+                            text=[f"{c.rate:.0%}" if c.tested else "" for c in side], textposition="auto",
+                            hovertemplate=[f"{name}: {KIND_ROWS[c.kind]}, {c.kept} kept of {c.tested} tested"
+                                           "<extra></extra>" for c in side])
+                     for name, side in zip(names, counts)])
+    who = f" ({' · '.join(names)})" if len(sides) > 1 else ""
+    return _layout(fig, "Drafts kept by kind of token",
+                   subtitle=f"a = kept / tested per kind{who}: drafts kept over<br>drafts the rule tested (after "
+                            "a rejection none is)",
+                   height=120 + 44 * len(rows), barmode="group",
+                   xaxis=dict(title="a = kept / tested", range=[0, 1], tickformat=".0%"),
+                   yaxis=dict(autorange="reversed", automargin=True))
 
 
 def race_figure(runs: list[tuple[str, str, list[RoundTrace]]]) -> go.Figure:

@@ -381,6 +381,8 @@ def _run_tab(loader, session, form, sidebar) -> list:
         with gr.Row():
             view["acceptance"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
             view["tokens"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+        view["kinds"] = gr.Plot(visible=False, show_label=False)
+        view["kinds_text"] = gr.Markdown()
         # any file type: the handler says what is wrong with one that is not a trace
         upload = gr.File(label=FIELD_LABELS["upload"] + " (no models needed)", height=110)
         upload_message = gr.Markdown()
@@ -419,6 +421,8 @@ def _compare_tab(loader, session, form, sidebar) -> list:
         with gr.Row():
             view["why"] = gr.Markdown()
             view["why_chart"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+        view["kinds"] = gr.Plot(visible=False, show_label=False)
+        view["kinds_text"] = gr.Markdown()
     fields_ = {**form, "runs": runs}
     outputs, show = _view_outputs(CompareView, view, fields_, alert, sidebar)
 

@@ -19,6 +19,8 @@ from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, dra
                             output_text, position_rows, round_stats, segment_detail, segments)
 from specdec.render_tree import tree_cache_text, tree_explain
 from specdec.theory import decode_tokens_per_s
+from specdec import tokenkind
+from specdec.tokenkind import acceptance_by_kind, kinds_sentence
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, RoundTrace, RunSummary, summarize
 
 from . import charts, tree_views
@@ -77,6 +79,8 @@ class RunView:
     timing: Any
     acceptance: Any
     tokens: Any
+    kinds: Any            # a = kept / tested per kind of token
+    kinds_text: str       # what that chart shows, from its numbers
     download: str | None  # path of the trace file once the run has ended
 
 
@@ -98,6 +102,8 @@ class CompareView:
     race: Any
     why: str
     why_chart: Any
+    kinds: Any            # a = kept / tested per kind of token, over every speculative run
+    kinds_text: str
 
 
 @dataclass(frozen=True)
@@ -269,7 +275,28 @@ def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: 
                    ratio=last(lambda: charts.ratio_figure(rounds), drafted),
                    timing=last(lambda: charts.timing_figure(rounds), some),
                    acceptance=last(lambda: charts.acceptance_figure(rounds), drafted),
-                   tokens=last(lambda: charts.tokens_per_round_figure(rounds), drafted), download=download)
+                   tokens=last(lambda: charts.tokens_per_round_figure(rounds), drafted),
+                   kinds=last(lambda: kinds_chart({"this run": [rounds]}), drafted),
+                   kinds_text=last(lambda: kinds_markdown({"this run": [rounds]}), drafted) or "", download=download)
+
+
+KINDS_DEFINED = ("*kept / tested: drafts kept over drafts the rule tested (a draft after a rejection is never "
+                 f"tested), per kind of drafted token: {', '.join(tokenkind.KIND_NAMES.values())}. Each token is "
+                 "classed by its text and the text before it: a word inside a code fence, inline code or a line of "
+                 "code is a keyword or an identifier, elsewhere a word of prose (the rules: docs/notation.md).*")
+
+
+def kinds_chart(sides: dict[str, list[list[RoundTrace]]]):
+    """The per-kind chart over each side's runs; None when no draft was tested."""
+    counts = {name: acceptance_by_kind(*runs) for name, runs in sides.items()}
+    return charts.kinds_figure(counts) if any(c.tested for side in counts.values() for c in side) else None
+
+
+def kinds_markdown(sides: dict[str, list[list[RoundTrace]]]) -> str:
+    """What the per-kind chart shows, a sentence per side, and what its numbers mean."""
+    said = [(f"**{name.capitalize()}:** " if len(sides) > 1 else "") + kinds_sentence(acceptance_by_kind(*runs))
+            for name, runs in sides.items()]
+    return "\n\n".join(said + [KINDS_DEFINED])
 
 
 def round_spread(rounds: list[RoundTrace]) -> str:
@@ -458,7 +485,7 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
                 badge += f"≠ **Outputs differ** from token {differ[chain] + 1} on." + why_differ
         if len(ups[chain]) == 1:
             badge += " One run: set Runs to 3 to see how much the figure moves from run to run."
-    why, why_chart, race = "", None, None
+    why, why_chart, race, kinds, kinds_text = "", None, None, None, ""
     if final:
         side = lambda n: [r for p in started for r in p[n].rounds]  # noqa: E731
         model = cost_model(side(base), side(chain))
@@ -467,6 +494,9 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
                 model, settings.decode.k)
             if tree:
                 why += "\n\n" + tree_why_markdown(side(chain), side(TREE))
+        if any(r.positions for n in specs for r in side(n)):  # every speculative run, one bar per side
+            runs = {n: [p[n].rounds for p in started] for n in specs}
+            kinds, kinds_text = kinds_chart(runs), kinds_markdown(runs)
         race = charts.race_figure([(f"{name}{f' (run {i + 1})' if len(pairs) > 1 else ''}", name, p[name].rounds)
                                    for i, p in enumerate(started) for name in p])
     stats = {n: _side_stats([p[n] for p in pairs], n != base) for n in pairs[0]}
@@ -476,4 +506,5 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
                        tree_text=plain_html(latest[TREE].text) if tree else plain_html(""),
                        live="" if final else charts.race_html([(n, g.rounds) for n, g in latest.items()]),
                        race=race if final else UNCHANGED, why=why if final else UNCHANGED,
-                       why_chart=why_chart if final else UNCHANGED)
+                       why_chart=why_chart if final else UNCHANGED, kinds=kinds if final else UNCHANGED,
+                       kinds_text=kinds_text if final else UNCHANGED)

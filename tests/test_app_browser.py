@@ -569,7 +569,7 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
         pg.wait_for_timeout(1000)
         plots = [p for p in pg.locator(".js-plotly-plot").all() if p.is_visible()]
         boxes = [p.bounding_box() for p in plots]
-        assert len(boxes) == 4 and len({round(b["x"]) for b in boxes}) == 1  # one plot per row
+        assert len(boxes) == 5 and len({round(b["x"]) for b in boxes}) == 1  # one plot per row
         assert all(b["x"] + b["width"] <= PHONE["width"] + 1 for b in boxes)
         assert_chart_labels_fit(pg, at_least=4)                  # every label inside its chart, none meeting
         assert pg.evaluate(wide) <= PHONE["width"]
