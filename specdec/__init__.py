@@ -4,6 +4,7 @@ from .drafters import Drafter, LookupDrafter, ModelDrafter, NoDrafter
 from .embedded import DEFAULT_DRAFT, DEFAULT_TARGET, EMBEDDED
 from .engine import Generation, make_drafter
 from .errors import ModelLoadError
+from .figure import round_figure, save_round_figure
 from .loading import load_pair
 from .pairing import ModelPair
 from .rule import DrafterContractError, TreeVerdict, Verdict, verify, verify_tree
@@ -18,5 +19,6 @@ __all__ = [
     "Proposal", "DEFAULT_DRAFT", "DEFAULT_TARGET", "EMBEDDED", "ModelLoadError", "Generation", "make_drafter",
     "ModelPair", "load_pair", "DrafterContractError", "TreeVerdict", "Verdict", "verify", "verify_tree",
     "NumericalError", "DRAFTERS", "ModelChoice", "RunSettings", "DraftPosition", "PhaseTimes", "RoundTrace",
-    "RunSummary", "TokenProb", "TraceFile", "summarize", "TreeNode", "TreeRound", "TreeDrafter",
+    "RunSummary", "TokenProb", "TraceFile", "summarize", "TreeNode", "TreeRound", "TreeDrafter", "round_figure",
+    "save_round_figure",
 ]

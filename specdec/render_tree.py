@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .render import DASH, draft_depth, plural, verify_cost_text
 from .trace import ACCEPTED, BONUS, PLAIN, REJECTED, RoundTrace
+from .tree import children
 
 TREE_HEADERS = ["test", "parent", "child", "q(x)", "p(x)", "tested against", "ratio", "u", "verdict",
                 "r after it (top 3)"]
@@ -156,3 +157,33 @@ def tree_cache_text(r: RoundTrace, phase: str = "commit") -> str:
         out += (f", {r.draft_cache[1]} after keeping the path's nodes it had run (it catches up on the rest in its "
                 "next forward)." if phase == "commit" else ".")
     return out
+
+
+def tree_layout(r: RoundTrace, phase: str) -> tuple[list[int], list[int], list[float]]:
+    """The boxes a drawing of a tree round has as far as ``phase``: each one's parent, depth and row (0 at
+    the top, siblings in test order). Once the verdicts are revealed the token that ends the round is one
+    more box, a child of the node the walk stopped at."""
+    nodes = r.tree.nodes
+    parents = [n.parent for n in nodes]
+    if phase in ("accept", "commit") and r.next_token is not None:
+        parents.append(_walk_end(r))
+    depth = [0] + [n.depth for n in nodes[1:]] + ([nodes[parents[-1]].depth + 1] if len(parents) > len(nodes) else [])
+    return parents, depth, [-v for v in slots(parents)]
+
+
+def slots(parents) -> list[float]:
+    """Each node's row, siblings stacked in test order from the top: a leaf takes the next row,
+    a parent sits halfway between its first and its last child."""
+    kids = children(parents)
+    y, leaves = [0.0] * len(parents), 0
+
+    def place(j: int) -> None:
+        nonlocal leaves
+        if not kids[j]:
+            y[j], leaves = -leaves, leaves + 1
+            return
+        for c in kids[j]:
+            place(c)
+        y[j] = (y[kids[j][0]] + y[kids[j][-1]]) / 2
+    place(0)
+    return y

@@ -9,13 +9,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specdec.experiment import Histogram
+from specdec.figure import COLORS
 from specdec.render import PHASE_NAMES, draft_depth, round_stats
 from specdec.theory import CostModel, tokens_per_round_drafted
 from specdec.tokenkind import KindCount
-from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, RESAMPLED, UNREACHED, RoundTrace
+from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, UNREACHED, RoundTrace
 
-# One colour per kind of token, shared by the charts and the token CSS (layout.CSS).
-COLORS = {ACCEPTED: "#86efac", REJECTED: "#fca5a5", RESAMPLED: "#fcd34d", BONUS: "#93c5fd", PLAIN: "#e5e7eb"}
+# One colour per kind of token (COLORS), shared by the charts, the token CSS (layout.CSS) and the round's figure.
 BAR = {ACCEPTED: "#16a34a", REJECTED: "#dc2626", UNREACHED: "#9ca3af"}  # saturated, for bars on white
 P_COLOR, Q_COLOR, RESIDUAL_COLOR = "#ea580c", "#2563eb", "#a16207"
 # The Compare tab's sides, named once: the handlers race them, the views lay them out, the charts colour them.

@@ -13,7 +13,7 @@ from html import escape
 
 import gradio as gr
 
-from . import charts
+from . import charts, figure_views
 from . import handlers as h
 from .charts import COLORS
 from .state import FIELD_LABELS, FIELDS, FORM, HINTS, Loader, Session, form_defaults
@@ -315,6 +315,7 @@ def _step_tab(loader, session, form, sidebar) -> list:
                 view["ratio"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
         view["tree"] = gr.HTML(visible=False)  # a tree round's tree: the page's whole width, wide trees scroll inside
         view["tests"] = gr.HTML(visible=False)  # a tree round's sibling tests: ten columns, the page's whole width
+        figure = figure_views.figure_section(loader, session)
         view["text"], view["plain"] = _text_views("step")
         with gr.Accordion("Losslessness, seen: run the rule 10,000 times on this round", open=False):
             with gr.Row(equal_height=True):
@@ -336,11 +337,11 @@ def _step_tab(loader, session, form, sidebar) -> list:
                   show_progress="hidden")
     for action, button in buttons.items():
         button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs).then(
-            None, None, None, js=SHOW_FIELD_ERROR).then(**refill)
+            None, None, None, js=SHOW_FIELD_ERROR).then(**refill).then(**figure)
     # the real tree's shape into the sidebar, then its first round drafted (the change restarts the step-through)
     real_tree_b.click(lambda: REAL_TREE, None, [form["tree_width"], form["tree_nodes"], form["confidence"]],
                       queue=False).then(_streaming(show, partial(h.step, loader, "draft")), [session, *form.values()],
-                                        outputs).then(**refill)
+                                        outputs).then(**refill).then(**figure)
     sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
     sample_b.click(lambda s, at: sample_show(h.sample(s, at)), [session, picker], sample_outputs)
     return [*buttons.values(), real_tree_b]

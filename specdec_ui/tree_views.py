@@ -10,9 +10,9 @@ from __future__ import annotations
 from html import escape
 
 from specdec.render import DASH
-from specdec.render_tree import TREE_HEADERS, tree_test_rows
+from specdec.render_tree import TREE_HEADERS, tree_layout, tree_test_rows
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
-from specdec.tree import children, mask_grid
+from specdec.tree import mask_grid
 
 from .charts import BAR, COLORS
 
@@ -31,24 +31,6 @@ def _token(text: str) -> str:
     """A token in a box: whitespace made visible, short."""
     shown = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→") or "∅"
     return shown if len(shown) <= 10 else shown[:9] + "…"
-
-
-def slots(parents) -> list[float]:
-    """Each node's row, siblings stacked in test order from the top: a leaf takes the next row,
-    a parent sits halfway between its first and its last child."""
-    kids = children(parents)
-    y, leaves = [0.0] * len(parents), 0
-
-    def place(j: int) -> None:
-        nonlocal leaves
-        if not kids[j]:
-            y[j], leaves = -leaves, leaves + 1
-            return
-        for c in kids[j]:
-            place(c)
-        y[j] = (y[kids[j][0]] + y[kids[j][-1]]) / 2
-    place(0)
-    return y
 
 
 def _why_untested(r: RoundTrace, j: int) -> str:
@@ -163,12 +145,8 @@ def tree_html(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] = 
     t = r.tree
     nodes = list(t.nodes)
     decided = phase in ("accept", "commit")
-    parents = [n.parent for n in nodes]
-    final = decided and r.next_token is not None
-    if final:  # the token that ends the round: one more child of the node the walk stopped at
-        parents.append(t.kept[-1] if t.kept else 0)
-    depth = [0] + [n.depth for n in nodes[1:]] + ([nodes[parents[-1]].depth + 1] if final else [])
-    row = [-v for v in slots(parents)]
+    parents, depth, row = tree_layout(r, phase)
+    final = len(parents) > len(nodes)  # the token that ends the round is drawn too
     labels = [_label(r, j, phase) for j in range(len(parents))]
     box_w = [max(_width(a, TOKEN_PX), _width(b, NUMBER_PX)) + 2 * PAD for a, b in labels]
     col_w = [max(w for w, d in zip(box_w, depth) if d == c) for c in range(max(depth) + 1)]

@@ -681,7 +681,7 @@ def test_a_tree_round_is_drawn_tested_and_masked_phase_by_phase(tree_loader):
 
 
 def test_siblings_stack_in_test_order_and_a_parent_sits_between_its_children():
-    from specdec_ui.tree_views import slots
+    from specdec.render_tree import slots
     assert slots([-1, 0, 1, 1, 0]) == [-1.25, -0.5, 0.0, -1.0, -2.0]
 
 
