@@ -272,10 +272,10 @@ def overlap_figure(p, q, labels=None) -> go.Figure:
     shared, residual, excess, beta = overlap(p, q)
     xs = [_label(t) if t != OTHER else "other" for t in labels] if labels else [f"token {i}" for i in range(len(p))]
     traces = [
-        go.Bar(x=xs, y=shared.tolist(), name=f"min(p, q): kept drafts, Σ = β = {beta:.2f}", marker_color=BAR[ACCEPTED]),
-        go.Bar(x=xs, y=residual.tolist(), name=f"max(0, p − q): filled by the resample, Σ = 1 − β = {1 - beta:.2f}",
+        go.Bar(x=xs, y=shared.tolist(), name=f"min(p, q): kept, Σ = β = {beta:.2f}", marker_color=BAR[ACCEPTED]),
+        go.Bar(x=xs, y=residual.tolist(), name=f"max(0, p − q): resampled, Σ = 1 − β = {1 - beta:.2f}",
                marker_color="#7c3aed"),
-        go.Bar(x=xs, y=excess.tolist(), name="max(0, q − p): drafted too often, rejected", marker_color=BAR[REJECTED],
+        go.Bar(x=xs, y=excess.tolist(), name="max(0, q − p): rejected", marker_color=BAR[REJECTED],
                opacity=0.35),
         go.Scatter(x=xs, y=p.tolist(), mode="markers", name="p (verifier)",
                    marker=dict(symbol="line-ew-open", size=30, color=P_COLOR, line=dict(width=3))),
@@ -284,12 +284,12 @@ def overlap_figure(p, q, labels=None) -> go.Figure:
     ]
     if beta < 1:
         traces.append(go.Scatter(x=xs, y=(residual / residual.sum()).tolist(), mode="markers",
-                                 name="residual norm(max(0, p − q)): the replacement's law",
+                                 name="residual norm(max(0, p − q))",
                                  marker=dict(size=12, symbol="star", color=RESIDUAL_COLOR,
                                              line=dict(color="#ffffff", width=1))))
     top = max(float(p.max()), float(q.max()), float((residual / residual.sum()).max()) if beta < 1 else 0.0)
     return _layout(go.Figure(traces), "Where p and q overlap", barmode="stack", height=380,
-                   subtitle="min(p, q) is kept; p above q is resampled; q above p is rejected",
+                   subtitle="kept drafts give min(p, q), the resample gives p above q;<br>q above p is rejected",
                    yaxis=dict(title="probability", range=[0, 1.08 * top]), xaxis=dict(title="token"))
 
 
