@@ -175,7 +175,7 @@ def round_positions(session: Session) -> tuple[list[tuple[str, int]], int | None
 
 def from_round(session: Session, position=None) -> Weights | Problem:
     """One tested position of the Step through round on show: its top tokens and the rest lumped, as
-    weights rounded to 0.1 (the decisive position unless ``position``, 1-based, is given)."""
+    weights rounded to 0.01 (the decisive position unless ``position``, 1-based, is given)."""
     choices, default = round_positions(session)
     if not choices:
         shown_round = session.walk.shown
@@ -200,11 +200,11 @@ def from_round(session: Session, position=None) -> Weights | Problem:
         labels = tuple(labels[j] for j in keep) + (OTHER,)
         p = torch.cat([p[keep], p[rest].sum(0, keepdim=True)])
         q = torch.cat([q[keep], q[rest].sum(0, keepdim=True)])
-    weights = lambda t: tuple(round(100 * float(v), 1) for v in t)  # noqa: E731
-    note = (f"Loaded **round {r.index + 1}, position {i}** of Step through (drafted {pos.text!r}, {pos.status}): "
-            f"its top tokens, every other token lumped into one, as weights rounded to 0.1. The trace's β there, "
-            f"over the whole vocabulary: {pos.beta:.3f}; here the lumped tokens overlap as one, by at least the sum "
-            "of their own overlaps, so β here can be higher.")
+    weights = lambda t: tuple(round(100 * float(v), 2) for v in t)  # noqa: E731
+    note = (f"Loaded **round {r.index + 1}, position {i}** of Step through (drafted {pos.text!r}, {pos.status}): its top "
+            "tokens, every other token lumped into one, as weights in percent rounded to 0.01. The trace's β there, over "
+            f"the whole vocabulary: {pos.beta:.3f}; lumped tokens overlap as one (min(Σ p, Σ q) ≥ Σ min(p, q)), so β here "
+            "can be higher.")
     return Weights(labels, weights(p), weights(q), note)
 
 
