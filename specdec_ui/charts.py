@@ -288,7 +288,7 @@ def overlap_figure(p, q, labels=None) -> go.Figure:
                                  marker=dict(size=12, symbol="star", color=RESIDUAL_COLOR,
                                              line=dict(color="#ffffff", width=1))))
     top = max(float(p.max()), float(q.max()), float((residual / residual.sum()).max()) if beta < 1 else 0.0)
-    return _layout(go.Figure(traces), "Where p and q overlap", barmode="stack", height=380,
+    return _layout(go.Figure(traces), "Where p and q overlap", barmode="stack", height=420,
                    subtitle="kept drafts give min(p, q), the resample gives p above q;<br>q above p is rejected",
                    yaxis=dict(title="probability", range=[0, 1.08 * top]), xaxis=dict(title="token"))
 

@@ -242,7 +242,7 @@ INTRO = ("**The rule on a p and q you set** (no models needed). A draft x drawn 
 
 
 def _slider(minimum: float, maximum: float, value: float, step: float, label: str, **kw) -> gr.Slider:
-    slider = gr.Slider(minimum, maximum, value, step=step, label=label, **kw)
+    slider = gr.Slider(minimum, maximum, value, step=step, label=label, buttons=[], **kw)  # no reset: to what?
     # a value typed into the slider's box reaches the handler as typed (empty, out of range), which answers it
     # naming the field; gradio's own check would name neither the field nor, for an empty box, the problem
     slider.preprocess = lambda payload: payload
@@ -290,15 +290,16 @@ def build(session) -> None:
                         "numbers": gr.HTML(first.numbers)}
         k = _slider(1, K_MAX, 4, 1, "K (drafts per round), with α = β held constant")
         with gr.Row():
-            view["rounds"] = gr.Markdown(first.rounds)
+            with gr.Column(min_width=300):  # a narrow screen stacks the text over the chart, never squeezes it
+                view["rounds"] = gr.Markdown(first.rounds, elem_classes=["rule-rounds"])
             view["k_chart"] = gr.Plot(first.k_chart, show_label=False, min_width=300)
         gr.Markdown("### Sample: the rule against a classic bug")
-        with gr.Row(equal_height=True):
+        with gr.Row():
             n = gr.Radio([(f"{s:,}", s) for s in SAMPLE_SIZES], value=10_000, label="N, rounds to sample",
                          min_width=200)
             bug = gr.Radio([(words, key) for key, words in BUGS.items()], value="argmax", label="Classic bug",
                            min_width=240)
-            sample_b = gr.Button("Sample N times", variant="primary", min_width=140)
+            sample_b = gr.Button("Sample N times", variant="primary", min_width=180, scale=0)
         summary = gr.Markdown("Press **Sample N times** to run the rule and the bug N times each on the p and q "
                               "above.")
         histogram = gr.Plot(visible=False, show_label=False)
