@@ -52,6 +52,7 @@ BUG_WHY = {
 }
 SAMPLE_SIZES = (1_000, 10_000, 100_000)
 K_MAX = 16
+SAMPLE_INTRO = "Press **Sample N times** to run the rule and the bug N times each on the p and q above."
 WEIGHTS = ("Weights from 0 to 100, one per token: each column is divided by its total, so they need not add up "
            "to 100 (the table shows p and q normalised).")
 
@@ -300,8 +301,7 @@ def build(session) -> None:
             bug = gr.Radio([(words, key) for key, words in BUGS.items()], value="argmax", label="Classic bug",
                            min_width=240)
             sample_b = gr.Button("Sample N times", variant="primary", min_width=180, scale=0)
-        summary = gr.Markdown("Press **Sample N times** to run the rule and the bug N times each on the p and q "
-                              "above.")
+        summary = gr.Markdown(SAMPLE_INTRO)
         histogram = gr.Plot(visible=False, show_label=False)
 
     names = ["numbers", "overlap", "rounds", "k_chart"]
@@ -316,16 +316,21 @@ def build(session) -> None:
     def on_input(labels_, *values):  # the p sliders, the q sliders, then K
         return show(live(labels_, values[:SLOTS], values[SLOTS:2 * SLOTS], values[-1]))
 
+    stale = [SAMPLE_INTRO, gr.update(value=None, visible=False)]  # a sample of a p and q no longer on show
+
     def loaded(w: Weights | Problem, k_) -> list:
         if isinstance(w, Problem):
-            return [gr.skip()] * (1 + 3 * SLOTS) + [gr.skip()] + show(w)
-        return [w.labels, *_slider_updates(w), w.note] + show(live(w.labels, w.p, w.q, k_))
+            return [gr.skip()] * (2 + 3 * SLOTS) + show(w) + [gr.skip()] * 2
+        return [w.labels, *_slider_updates(w), w.note] + show(live(w.labels, w.p, w.q, k_)) + stale
 
-    loaded_outputs = [labels, *rows, *ps, *qs, note] + outputs
+    loaded_outputs = [labels, *rows, *ps, *qs, note] + outputs + [summary, histogram]
     quiet = dict(show_progress="hidden", trigger_mode="always_last")
     for slider in (*ps, *qs, k):  # release: also after the box clamps a typed value on leaving it
         for event in (slider.input, slider.release):
-            event(on_input, [*weights, k], outputs, **quiet)
+            if slider is k:
+                event(on_input, [*weights, k], outputs, **quiet)
+            else:
+                event(lambda *v: on_input(*v) + stale, [*weights, k], outputs + [summary, histogram], **quiet)
     for name, button in buttons.items():
         button.click(lambda labels_, k_, *p_w, name=name: loaded(preset(name, labels_, p_w), k_),
                      [labels, k, *ps], loaded_outputs, show_progress="hidden")

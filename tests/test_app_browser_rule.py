@@ -80,6 +80,9 @@ def check_presets_and_bugs(pg, artifacts, viewport, name):
     assert_chart_labels_fit(pg, at_least=3)                           # the overlap, E over K, the histogram
     assert pg.evaluate(WIDE) <= viewport["width"]
     pg.screenshot(path=artifacts / f"app-rule-sample-{name}.png", full_page=True)
+    pg.get_by_role("button", name="q = p", exact=True).click()       # another q: the sample on show is cleared
+    expect(pg.get_by_text(re.compile(r"^Press Sample N times to run the rule"))).to_be_visible()
+    expect(pg.locator(".js-plotly-plot .legendtext").filter(has_text=re.compile(r"^the rule: TV"))).to_have_count(0)
 
 
 def test_the_rule_tab_works_before_the_models_load_and_answers_bad_input(browser, idle_url, artifacts):  # noqa: F811
@@ -117,7 +120,7 @@ def test_presets_give_the_hand_computed_beta_and_only_the_rule_lands_within_the_
     try:
         assert inside(pg.get_by_role("tab", name="Rule").bounding_box(), PHONE)
         check_presets_and_bugs(pg, artifacts, PHONE, "400px")
-        assert pg.locator(".rule-rounds").bounding_box()["width"] >= 300  # text beside a chart: never a thin column
+        assert pg.locator(".prose.rule-rounds").bounding_box()["width"] >= 300  # text beside a chart: never a thin column
         for slider in pg.get_by_role("slider").all():                # each slider whole on the screen
             if slider.is_visible():
                 assert inside(slider.bounding_box(), PHONE)
