@@ -48,7 +48,7 @@ BUG_WHY = {
                     "its running sum, which stops at 1 − β, so every u past it lands on the last token the residual "
                     "reaches",
     "swapped": "the verification takes q for the verifier and p for the draft: the ratio q(x)/p(x) and the residual "
-               "norm(max(0, q − p)) (the draft still samples from q)",
+               "norm(max(0, q − p)); the draft still samples from q",
 }
 SAMPLE_SIZES = (1_000, 10_000, 100_000)
 K_MAX = 16
