@@ -1,37 +1,14 @@
-"""The figures notebooks 01, 03 and 05 share, drawn with plotly from specdec's pure functions
-(specdec itself never imports plotly; like ``sweep.heatmaps``, they live in the installed
-``benchmarks`` package so that a notebook imports them from any working directory). Names as on
+"""The figure notebooks 03 and 05 share, drawn with plotly from specdec's pure functions
+(specdec itself never imports plotly; like ``sweep.heatmaps``, it lives in the installed
+``benchmarks`` package so that a notebook imports it from any working directory). Names as on
 docs/notation.md."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from specdec.experiment import overlap
 from specdec.theory import round_timeline, tokens_per_round
 
-P_COLOR, Q_COLOR, SHARED, RESIDUAL, EXCESS = "#2563eb", "#ea580c", "#16a34a", "#7c3aed", "#dc2626"
-
-
-def overlap_figure(p, q, labels=None) -> go.Figure:
-    """p and q overlaid as outlines; each token's bar split into min(p, q) (kept: its total is β) and
-    the part of p above q (the residual, which the resample fills), with q's excess over p drawn on top."""
-    shared, residual, excess, beta = overlap(p, q)
-    xs = labels or [f"token {i}" for i in range(len(p))]
-    fig = go.Figure([
-        go.Bar(x=xs, y=shared.tolist(), name=f"min(p, q): kept drafts, Σ = β = {beta:.2f}", marker_color=SHARED),
-        go.Bar(x=xs, y=residual.tolist(), name=f"max(0, p − q): the residual, Σ = 1 − β = {1 - beta:.2f}",
-               marker_color=RESIDUAL),
-        go.Bar(x=xs, y=excess.tolist(), name="max(0, q − p): drafted too often, rejected", marker_color=EXCESS,
-               opacity=0.35),
-        go.Scatter(x=xs, y=p.tolist(), mode="markers", name="p (verifier)",
-                   marker=dict(symbol="line-ew-open", size=34, color=P_COLOR, line=dict(width=3))),
-        go.Scatter(x=xs, y=q.tolist(), mode="markers", name="q (draft)",
-                   marker=dict(symbol="line-ew-open", size=34, color=Q_COLOR, line=dict(width=3, dash="dot"))),
-    ])
-    fig.update_layout(barmode="stack", template="plotly_white", height=420, yaxis_title="probability",
-                      legend=dict(orientation="h", y=-0.2),
-                      title="Where p and q overlap: min(p, q) is kept, p above q is resampled")
-    return fig
+P_COLOR, Q_COLOR = "#2563eb", "#ea580c"
 
 
 def timeline_figure(k: int, c: float, v: float, a: float | None = None) -> go.Figure:

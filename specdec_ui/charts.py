@@ -8,10 +8,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specdec.experiment import Histogram
+from specdec.experiment import BUGS, OTHER, Histogram, overlap
 from specdec.figure import COLORS
 from specdec.render import PHASE_NAMES, draft_depth, round_stats
-from specdec.theory import CostModel, tokens_per_round_drafted
+from specdec.theory import CostModel, tokens_per_round, tokens_per_round_drafted
 from specdec.tokenkind import KindCount
 from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, UNREACHED, RoundTrace
 
@@ -286,15 +286,56 @@ def speedup_figure(m: CostModel, k_max: int) -> go.Figure:
 
 
 def histogram_figure(h: Histogram) -> go.Figure:
-    """p against what the rule emitted, and against what the argmax-draft bug emitted."""
-    xs = [_label(t) if t != h.labels[-1] else "other" for t in h.labels]
+    """p against what the rule emitted, and against what the bug emitted."""
+    xs = [_label(t) if t != OTHER else "other" for t in h.labels]
     fig = go.Figure([
         go.Bar(x=xs, y=list(h.p), name="p (verifier)", marker_color=P_COLOR),
         go.Bar(x=xs, y=list(h.correct), name=f"the rule: TV {h.tv_correct:.3f}", marker_color="#16a34a"),
-        go.Bar(x=xs, y=list(h.bug), name=f"argmax draft bug: TV {h.tv_bug:.3f}", marker_color="#7c3aed"),
+        go.Bar(x=xs, y=list(h.bug), name=f"{BUGS[h.kind].split(',')[0]} bug: TV {h.tv_bug:.3f}",
+               marker_color="#7c3aed"),
     ])
     return _layout(fig, f"{h.trials:,} rounds at one position", subtitle="share of rounds emitting each token",
                    barmode="group", yaxis=dict(title="share", rangemode="tozero"), xaxis=dict(title="token"))
+
+
+def overlap_figure(p, q, labels=None) -> go.Figure:
+    """(C,) p and q overlaid as outlines; each token's bar split into min(p, q) (kept drafts: its total is β)
+    and the part of p above q (the residual before it is normalised, which the resample fills), with q's
+    excess over p drawn on top; and the residual norm(max(0, p − q)) the replacement is drawn from, as stars."""
+    shared, residual, excess, beta = overlap(p, q)
+    xs = [_label(t) if t != OTHER else "other" for t in labels] if labels else [f"token {i}" for i in range(len(p))]
+    traces = [
+        go.Bar(x=xs, y=shared.tolist(), name=f"min(p, q): kept, Σ = β = {beta:.2f}", marker_color=BAR[ACCEPTED]),
+        go.Bar(x=xs, y=residual.tolist(), name=f"max(0, p − q): resampled, Σ = 1 − β = {1 - beta:.2f}",
+               marker_color="#7c3aed"),
+        go.Bar(x=xs, y=excess.tolist(), name="max(0, q − p): rejected", marker_color=BAR[REJECTED],
+               opacity=0.35),
+        go.Scatter(x=xs, y=p.tolist(), mode="markers", name="p (verifier)",
+                   marker=dict(symbol="line-ew-open", size=30, color=P_COLOR, line=dict(width=3))),
+        go.Scatter(x=xs, y=q.tolist(), mode="markers", name="q (draft)",
+                   marker=dict(symbol="line-ew-open", size=30, color=Q_COLOR, line=dict(width=3, dash="dot"))),
+    ]
+    if beta < 1:
+        traces.append(go.Scatter(x=xs, y=(residual / residual.sum()).tolist(), mode="markers",
+                                 name="residual norm(max(0, p − q))",
+                                 marker=dict(size=12, symbol="star", color=RESIDUAL_COLOR,
+                                             line=dict(color="#ffffff", width=1))))
+    top = max(float(p.max()), float(q.max()), float((residual / residual.sum()).max()) if beta < 1 else 0.0)
+    return _layout(go.Figure(traces), "Where p and q overlap", barmode="stack", height=420,
+                   subtitle="kept drafts give min(p, q), the resample gives p above q;<br>q above p is rejected",
+                   yaxis=dict(title="probability", range=[0, 1.08 * top]), xaxis=dict(title="token"))
+
+
+def tokens_per_round_k_figure(alpha: float, k: int, k_max: int = 16) -> go.Figure:
+    """E(α, K) = (1 − α^(K+1)) / (1 − α) over K with α held constant, the chosen K marked."""
+    ks = list(range(1, k_max + 1))
+    fig = go.Figure([go.Scatter(x=ks, y=[tokens_per_round(alpha, j) for j in ks], mode="lines+markers",
+                                name=f"E(α, K) at α = {alpha:.2f}", line_color="#6b7280"),
+                     go.Scatter(x=[k], y=[tokens_per_round(alpha, k)], mode="markers", name=f"K = {k}",
+                                marker=dict(color="#dc2626", size=13, symbol="star"))])
+    return _layout(fig, "Expected tokens per round over K", subtitle="α = β at every position, independently",
+                   xaxis=dict(title="K, drafts per round", range=[0.5, k_max + 0.5]),
+                   yaxis=dict(title="tokens per round", rangemode="tozero"))
 
 
 LIVE_HEIGHT = 90  # px: the live charts' plot area

@@ -15,6 +15,7 @@ import gradio as gr
 
 from . import charts, figure_views
 from . import handlers as h
+from . import rule_tab
 from .charts import COLORS
 from .state import FIELD_LABELS, FIELDS, FORM, HINTS, Loader, Session, form_defaults
 from .views import (REAL_TREE, REAL_TREE_BUTTON, UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView,
@@ -32,7 +33,7 @@ INTRO = ("**Speculative decoding, step by step.** A small *draft* model proposes
          "them in one forward pass and keeps a leading run, so the output is distributed exactly as the verifier's "
          "own (Leviathan et al. 2023). **p** = verifier, **q** = draft. Settings: the sidebar.")
 NOTEBOOK_LINES = {
-    "01_the_rule": "the rule by hand on made-up p and q: acceptance = Σ min(p, q), the residual, the argmax-draft bug",
+    "01_the_rule": "the rule by hand on made-up p and q (the Rule tab, live): β = Σ min(p, q), the residual, three classic bugs",
     "02_one_real_round": "one real round of the embedded pair, every number of this page's Step through tab",
     "03_acceptance": "acceptance over K × temperature, every definition side by side, the best K for this machine",
     "04_optimisation_journey": "from transformers' generate() to this engine: which speed-ups help here and why",
@@ -228,6 +229,7 @@ def build_demo(loader: Loader) -> gr.Blocks:
             needs_models += _step_tab(loader, session, form, sidebar)
             needs_models += _run_tab(loader, session, form, sidebar)
             needs_models += _compare_tab(loader, session, form, sidebar)
+            rule_tab.build(session)
         _poll_loading(demo, loader, header, needs_models)
         demo.load(None, None, None, js=CLOSE_SIDEBAR_WHEN_NARROW)
     return demo

@@ -252,12 +252,13 @@ def test_the_rules_histogram_is_p_and_the_argmax_bugs_is_not():
 
 
 def test_the_bugs_exact_distribution_is_what_it_emits_and_vanishes_only_where_it_must():
-    from specdec.experiment import argmax_bug, bug_tv, emitted, lumped
+    from specdec.experiment import bug_tv, emitted, exact_emitted, lumped
     pos = _position([0.2, 0.5, 0.2], [0.6, 0.2, 0.1])
     _, p, q = lumped(pos)
-    sampled = emitted(p, q, 40_000, torch.Generator().manual_seed(0), argmax_draft=True)
-    assert torch.allclose(argmax_bug(p, q), sampled, atol=0.01) and argmax_bug(p, q).sum() == pytest.approx(1.0)
-    assert bug_tv(pos) == pytest.approx(0.5 * float((argmax_bug(p, q) - p).abs().sum())) and bug_tv(pos) > 0.1
+    sampled = emitted(p, q, 40_000, torch.Generator().manual_seed(0), bug="argmax")
+    exact = exact_emitted(p, q, "argmax")
+    assert torch.allclose(exact, sampled, atol=0.01) and exact.sum() == pytest.approx(1.0)
+    assert bug_tv(pos) == pytest.approx(0.5 * float((exact - p).abs().sum())) and bug_tv(pos) > 0.1
     assert bug_tv(_position([0.7, 0.2, 0.1], [1.0, 0.0, 0.0])) == pytest.approx(0.0, abs=1e-6)  # q one-hot
     assert bug_tv(_position([1.0, 0.0, 0.0], [0.5, 0.3, 0.2])) == pytest.approx(0.0, abs=1e-6)  # p one-hot on x*
     assert bug_tv(_position([0.5, 0.5], [0.5, 0.5])) == pytest.approx(0.5, abs=1e-6)  # p = q spread: not enough

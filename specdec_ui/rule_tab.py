@@ -1,0 +1,350 @@
+"""The Rule tab: the accept/reject rule on a p and q the learner sets, no models needed.
+
+A handful of tokens, a weight per token for p (verifier) and for q (draft), each column divided by
+its total. Live: where p and q overlap (β = Σ min(p, q)), the residual, the chance of keeping each
+token, and the tokens per round E(α, K) a constant α = β would give. One click samples the pure rule
+(:func:`specdec.experiment.emitted`, through :func:`specdec.rule.verify`) beside one classic bug. A
+preset loads one tested position of the round the Step through tab shows, its top tokens and the rest
+lumped (:func:`specdec.experiment.lumped`), as its sample view does.
+
+The handlers are plain functions of the weights and return view records (or a Problem); ``build``
+wires them into one tab.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+import gradio as gr
+import torch
+
+from specdec.experiment import BUGS, OTHER, exact_emitted, lumped, overlap, sample_rule_and_bug, tv_distance
+from specdec.theory import tokens_per_round
+
+from . import charts
+from . import handlers as h
+from .state import Session
+from .views import Problem
+
+SLOTS = 10  # token rows on the page: the example's 6, or a real position's top 9 and the rest lumped
+EXAMPLE = (("mat", "floor", "sofa", "bed", "rug", "roof"),  # after "The cat sat on the"
+           (40.0, 20.0, 15.0, 12.0, 8.0, 5.0), (25.0, 30.0, 10.0, 15.0, 5.0, 15.0))
+PRESETS = {"example": "The example sentence", "equal": "q = p", "uniform": "q uniform", "sharp": "q too sharp",
+           "missing": "q misses p's top token"}
+NOTES = {
+    "example": "The example: the verifier's p and a draft's q for the word after *The cat sat on the*.",
+    "equal": "**q = p**: every draft is kept (β = 1) and the residual is never needed.",
+    "uniform": "**q uniform**: the draft spreads evenly; it over-drafts the unlikely tokens, which the rule rejects.",
+    "sharp": "**q too sharp**: the draft puts 85 % on p's top token, more than p does; the rule rejects the excess "
+             "and the residual gives the other tokens back their share.",
+    "missing": "**q misses p's top token**: the draft never drafts it (q = 0 there), so that token only ever comes "
+               "from the residual, after a rejection; the output is still p.",
+}
+BUG_WHY = {
+    "argmax": "the draft takes q's top token every time but reports its softmax q to the rule (transformers #32867)",
+    "unnormalised": "the replacement is drawn from max(0, p − q) as if it summed to 1: a uniform u in [0, 1) against "
+                    "its running sum, which stops at 1 − β, so every u past it lands on the last token the residual "
+                    "reaches",
+    "swapped": "the verification takes q for the verifier and p for the draft: the ratio q(x)/p(x) and the residual "
+               "norm(max(0, q − p)); the draft still samples from q",
+}
+SAMPLE_SIZES = (1_000, 10_000, 100_000)
+K_MAX = 16
+SAMPLE_INTRO = "Press **Sample N times** to run the rule and the bug N times each on the p and q above."
+WEIGHTS = ("Weights from 0 to 100, one per token: each column is divided by its total, so they need not add up "
+           "to 100 (the table shows p and q normalised).")
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What the sliders hold: the tokens, a weight (0 to 100) per token for p and for q, and what was loaded."""
+
+    labels: tuple[str, ...]
+    p: tuple[float, ...]
+    q: tuple[float, ...]
+    note: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleView:
+    numbers: str          # HTML: per token p, q, min(p, q), min(1, p/q), the residual; then β and the acceptance
+    overlap: Any          # plotly Figure: p and q, the overlap and the residual
+    rounds: str           # E(α, K) and kept / drafted at the K chosen
+    k_chart: Any          # plotly Figure: E(α, K) over K
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleSampleView:
+    summary: str
+    histogram: Any
+
+
+def shown(label: str) -> str:
+    """A token as the page names it."""
+    return "all other tokens" if label == OTHER else charts._label(label)
+
+
+def read(labels, p_weights, q_weights) -> tuple[torch.Tensor, torch.Tensor] | Problem:
+    """The sliders' weights as (C,) p and q, each divided by its total; a Problem names the first bad one."""
+    out = []
+    for letter, role, weights in (("p", "verifier", p_weights), ("q", "draft", q_weights)):
+        values = list(weights)[:len(labels)]
+        for label, w in zip(labels, values):
+            field = f"{letter}({shown(label)})"
+            if w is None or (isinstance(w, float) and math.isnan(w)):
+                return Problem(f"{field} is empty: enter a weight from 0 to 100.", field)
+            if not 0 <= w <= 100:
+                return Problem(f"{field} must be a weight from 0 to 100 (got {w:g}).", field)
+        if not sum(values) > 0:
+            return Problem(f"{letter} ({role}) is all zero: give at least one token a {letter} weight above 0 "
+                           "(each column is divided by its total).", letter)
+        t = torch.tensor(values, dtype=torch.float64)
+        out.append(t / t.sum())
+    return out[0], out[1]
+
+
+def _table(labels, p: torch.Tensor, q: torch.Tensor) -> str:
+    shared, residual, _, beta = overlap(p, q)
+    norm = residual / residual.sum() if beta < 1 else None
+    rows = []
+    for i, label in enumerate(labels):
+        keep = f"{min(1.0, float(p[i] / q[i])):.3f}" if q[i] > 0 else "— (q = 0: never drafted)"
+        res = f"{float(norm[i]):.3f}" if norm is not None else "—"
+        rows.append(f"<tr><th scope='row'>{escape(shown(label))}</th><td>{float(p[i]):.3f}</td><td>{float(q[i]):.3f}"
+                    f"</td><td>{float(shared[i]):.3f}</td><td>{keep}</td><td>{res}</td></tr>")
+    rows.append(f"<tr><th scope='row'>Σ</th><td>1</td><td>1</td><td>β = {beta:.3f}</td><td></td>"
+                f"<td>{'1' if norm is not None else '— (never needed)'}</td></tr>")
+    head = ("<tr><th scope='col'>token x</th><th scope='col'>p(x)</th><th scope='col'>q(x)</th>"
+            "<th scope='col'>min(p, q)</th><th scope='col'>kept if drafted: min(1, p/q)</th>"
+            "<th scope='col'>residual norm(max(0, p − q))</th></tr>")
+    return (f'<div class="spec-table"><table aria-label="The rule per token"><caption>Per token, p and q normalised'
+            f'</caption><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def live(labels, p_weights, q_weights, k) -> RuleView | Problem:
+    """What the rule does with these p and q, and the tokens per round at K drafts."""
+    pq = read(labels, p_weights, q_weights)
+    if isinstance(pq, Problem):
+        return pq
+    if not (isinstance(k, (int, float)) and not isinstance(k, bool) and float(k).is_integer() and 1 <= k <= K_MAX):
+        return Problem(f"K must be a whole number from 1 to {K_MAX} (got {'nothing' if k is None else repr(k)}).", "K")
+    p, q = pq
+    k = int(k)
+    beta = overlap(p, q)[3]
+    accepted = float(sum(q[i] * min(1.0, float(p[i] / q[i])) for i in range(len(q)) if q[i] > 0))
+    e = tokens_per_round(beta, k)
+    numbers = (_table(labels, p, q) +
+               f'<p class="rule-beta"><b>β = Σ min(p, q) = {beta:.3f}</b>: the overlap of p and q, the chance a draft '
+               f"drawn from q is kept at this position.<br><b>Acceptance of a drafted token = Σ q(x)·min(1, p(x)/q(x)) "
+               f"= {accepted:.3f}</b>: the draft drafts x with q(x) and the rule keeps it with min(1, p(x)/q(x)); "
+               f"each term is min(p(x), q(x)), so this is β. On a rejection (1 − β = {1 - beta:.3f}) the replacement "
+               "is drawn from the residual.</p>")
+    rounds = (f"With **α = β = {beta:.3f}** at every position (independently; α is the notation card's E[β]): "
+              f"**E(α, K) = (1 − α^(K+1)) / (1 − α) = {e:.2f} tokens per round** at K = {k} (at most K + 1 = "
+              f"{k + 1}; plain decoding: 1). **kept / drafted = (E − 1) / K = {(e - 1) / k:.3f}**: "
+              "the drafts after a rejection are never tested, so it falls as K grows while α does not.")
+    return RuleView(numbers=numbers, overlap=charts.overlap_figure(p, q, list(labels)), rounds=rounds,
+                    k_chart=charts.tokens_per_round_k_figure(beta, k, K_MAX))
+
+
+def preset(name: str, labels, p_weights) -> Weights:
+    """A preset q against the p on show ("example" restores the example's tokens, p and q)."""
+    if name == "example":
+        return Weights(*EXAMPLE, NOTES[name])
+    p = [float(w or 0) for w in list(p_weights)[:len(labels)]]
+    n, top = len(p), max(range(len(p)), key=lambda i: p[i])
+    if name == "equal":
+        q = list(p)
+    elif name == "uniform":
+        q = [round(100 / n, 1)] * n
+    elif name == "sharp":
+        q = [round(15 / (n - 1), 1)] * n
+        q[top] = 85.0
+    else:  # missing: p's shape elsewhere; where p has no other mass, an even spread over the others
+        q = [w if i != top else 0.0 for i, w in enumerate(p)]
+        if not sum(q):
+            q = [0.0 if i == top else 1.0 for i in range(n)]
+    return Weights(tuple(labels), tuple(p), tuple(q), NOTES[name])
+
+
+def round_positions(session: Session) -> tuple[list[tuple[str, int]], int | None]:
+    """The tested positions of the Step through round on show (as its sample view offers them)."""
+    return h.sample_positions(session)
+
+
+def from_round(session: Session, position=None) -> Weights | Problem:
+    """One tested position of the Step through round on show: its top tokens and the rest lumped, as
+    weights rounded to 0.01 (the decisive position unless ``position``, 1-based, is given)."""
+    choices, default = round_positions(session)
+    if not choices:
+        shown_round = session.walk.shown
+        if shown_round is not None and shown_round.tree is not None:
+            return Problem("The round on show in Step through is a tree round; this loads one position of a chain "
+                           "round. Pick the drafter 'draft model' there and step a round.", "position")
+        return Problem("No real round yet: in the Step through tab, step a round through Accept/reject (or press Step "
+                       "round), then come back and load one of its positions.", "position")
+    if isinstance(position, float) and position.is_integer():
+        position = int(position)
+    i = default if position not in [v for _, v in choices] else position
+    r = session.walk.shown
+    pos = r.positions[i - 1]
+    labels, p, q = lumped(pos)
+    if len(labels) > SLOTS:  # the top SLOTS - 1 (the drafted token among them), the rest into OTHER
+        ids = [c.token_id for c in pos.candidates]
+        keep = list(range(SLOTS - 1))
+        x = ids.index(pos.token_id)
+        if x >= SLOTS - 1:
+            keep[-1] = x
+        rest = [j for j in range(len(labels)) if j not in keep]
+        labels = tuple(labels[j] for j in keep) + (OTHER,)
+        p = torch.cat([p[keep], p[rest].sum(0, keepdim=True)])
+        q = torch.cat([q[keep], q[rest].sum(0, keepdim=True)])
+    weights = lambda t: tuple(round(100 * float(v), 2) for v in t)  # noqa: E731
+    note = (f"Loaded **round {r.index + 1}, position {i}** of Step through (drafted {pos.text!r}, {pos.status}): its top "
+            "tokens, every other token lumped into one, as weights in percent rounded to 0.01. The trace's β there, over "
+            f"the whole vocabulary: {pos.beta:.3f}; lumped tokens overlap as one (min(Σ p, Σ q) ≥ Σ min(p, q)), so β here "
+            "can be higher.")
+    return Weights(labels, weights(p), weights(q), note)
+
+
+def sample(labels, p_weights, q_weights, n, bug: str, seed: int = 0) -> RuleSampleView | Problem:
+    """The rule and ``bug`` each run ``n`` times on these p and q, with their TV from p against the bound."""
+    pq = read(labels, p_weights, q_weights)
+    if isinstance(pq, Problem):
+        return pq
+    if n not in SAMPLE_SIZES:
+        return Problem(f"N must be one of {', '.join(f'{s:,}' for s in SAMPLE_SIZES)} (got {n!r}).", "n")
+    if bug not in BUGS:
+        return Problem(f"Pick a bug from the list: {', '.join(BUGS.values())} (got {bug!r}).", "bug")
+    p, q = (t.float() for t in pq)
+    hist = sample_rule_and_bug(tuple(labels), p, q, n, seed, bug)
+    bound, exact = hist.noise_bound, tv_distance(exact_emitted(p, q, bug), p)
+    where = lambda tv: "within the bound: lands on p" if tv <= bound else "**outside the bound: lands off p**"  # noqa: E731
+    lines = [f"{n:,} one-draft rounds each (seed {seed}). TV = ½ Σ |freq − p|, the total variation of a histogram "
+             f"from p; the noise bound 1.5 · Σ √(p(1 − p)/N) = **{bound:.3f}** is what sampling noise alone may give "
+             "(docs/notation.md).",
+             f"* **The rule** (draft x from q, keep it iff u ≤ p(x)/q(x), else draw from the residual; "
+             f"`specdec.rule.verify`): TV from p = **{hist.tv_correct:.3f}**, {where(hist.tv_correct)}.",
+             f"* **The bug, {BUGS[bug]}** ({BUG_WHY[bug]}): TV from p = **{hist.tv_bug:.3f}**, {where(hist.tv_bug)} "
+             f"(its exact TV: {exact:.3f})."]
+    if exact <= bound:
+        lines.append("\nOn this p and q the bug happens to emit (almost) p: pick another preset to see it land off p.")
+    return RuleSampleView(summary="\n".join(lines), histogram=charts.histogram_figure(hist))
+
+
+# ---- the tab ----------------------------------------------------------------------------------
+
+INTRO = ("**The rule on a p and q you set** (no models needed). A draft x drawn from q is kept with probability "
+         "min(1, p(x)/q(x)); the first rejected one is replaced by a draw from the residual norm(max(0, p − q)). "
+         "Drag the weights or pick a preset: everything below follows at once. Names as in docs/notation.md: "
+         "**p** = verifier, **q** = draft.")
+
+
+def _slider(minimum: float, maximum: float, value: float, step: float, label: str, **kw) -> gr.Slider:
+    slider = gr.Slider(minimum, maximum, value, step=step, label=label, buttons=[], **kw)  # no reset: to what?
+    # a value typed into the slider's box reaches the handler as typed (empty, out of range), which answers it
+    # naming the field; gradio's own check would name neither the field nor, for an empty box, the problem
+    slider.preprocess = lambda payload: payload
+    return slider
+
+
+def _slider_updates(w: Weights) -> list:
+    """The rows shown, then the p sliders, then the q sliders, for weights ``w``."""
+    n = len(w.labels)
+    rows = [gr.update(visible=i < n) for i in range(SLOTS)]
+    ps = [gr.update(value=w.p[i], label=f"p({shown(w.labels[i])})") if i < n else gr.update() for i in range(SLOTS)]
+    qs = [gr.update(value=w.q[i], label=f"q({shown(w.labels[i])})") if i < n else gr.update() for i in range(SLOTS)]
+    return rows + ps + qs
+
+
+def build(session) -> None:
+    """The Rule tab, inside ``gr.Tabs``; ``session`` is the page's Session state (the round on show)."""
+    labels0, p0, q0 = EXAMPLE
+    first = live(labels0, p0, q0, 4)
+    with gr.Tab("Rule") as tab:
+        gr.Markdown(INTRO)
+        labels = gr.State(labels0)
+        with gr.Row():
+            buttons = {name: gr.Button(words, size="sm", min_width=120) for name, words in PRESETS.items()}
+        with gr.Row(equal_height=True):
+            picker = gr.Dropdown([], value=None, label="Position of the round on show in Step through", scale=3,
+                                 min_width=200)
+            load_b = gr.Button("This position of the current real round", size="sm", scale=1, min_width=160)
+        note = gr.Markdown(NOTES["example"])
+        alert = gr.Markdown(elem_classes=["spec-alert"])
+        with gr.Row():
+            with gr.Column(min_width=320):
+                gr.Markdown(WEIGHTS, elem_classes=["spec-note"])
+                rows, ps, qs = [], [], []
+                for i in range(SLOTS):
+                    on = i < len(labels0)
+                    with gr.Row(visible=on) as row:
+                        ps.append(_slider(0, 100, p0[i] if on else 0, 0.1, f"p({shown(labels0[i])})" if on else "p",
+                                          min_width=150))
+                        qs.append(_slider(0, 100, q0[i] if on else 0, 0.1, f"q({shown(labels0[i])})" if on else "q",
+                                          min_width=150))
+                    rows.append(row)
+            with gr.Column(min_width=320):
+                view = {"overlap": gr.Plot(first.overlap, show_label=False, min_width=300),
+                        "numbers": gr.HTML(first.numbers)}
+        k = _slider(1, K_MAX, 4, 1, "K (drafts per round), with α = β held constant")
+        with gr.Row():
+            with gr.Column(min_width=300):  # a narrow screen stacks the text over the chart, never squeezes it
+                view["rounds"] = gr.Markdown(first.rounds, elem_classes=["rule-rounds"])
+            view["k_chart"] = gr.Plot(first.k_chart, show_label=False, min_width=300)
+        gr.Markdown("### Sample: the rule against a classic bug")
+        with gr.Row():
+            n = gr.Radio([(f"{s:,}", s) for s in SAMPLE_SIZES], value=10_000, label="N, rounds to sample",
+                         min_width=200)
+            bug = gr.Radio([(words, key) for key, words in BUGS.items()], value="argmax", label="Classic bug",
+                           min_width=240)
+            sample_b = gr.Button("Sample N times", variant="primary", min_width=180, scale=0)
+        summary = gr.Markdown(SAMPLE_INTRO)
+        histogram = gr.Plot(visible=False, show_label=False)
+
+    names = ["numbers", "overlap", "rounds", "k_chart"]
+    outputs = [view[name] for name in names] + [alert]
+    weights = [labels, *ps, *qs]
+
+    def show(result) -> list:
+        if isinstance(result, Problem):
+            return [gr.skip()] * len(names) + [f"⚠ {result.message}"]
+        return [getattr(result, name) for name in names] + [""]
+
+    def on_input(labels_, *values):  # the p sliders, the q sliders, then K
+        return show(live(labels_, values[:SLOTS], values[SLOTS:2 * SLOTS], values[-1]))
+
+    stale = [SAMPLE_INTRO, gr.update(value=None, visible=False)]  # a sample of a p and q no longer on show
+
+    def loaded(w: Weights | Problem, k_) -> list:
+        if isinstance(w, Problem):
+            return [gr.skip()] * (2 + 3 * SLOTS) + show(w) + [gr.skip()] * 2
+        return [w.labels, *_slider_updates(w), w.note] + show(live(w.labels, w.p, w.q, k_)) + stale
+
+    loaded_outputs = [labels, *rows, *ps, *qs, note] + outputs + [summary, histogram]
+    quiet = dict(show_progress="hidden", trigger_mode="always_last")
+    for slider in (*ps, *qs, k):  # release: also after the box clamps a typed value on leaving it
+        for event in (slider.input, slider.release):
+            if slider is k:
+                event(on_input, [*weights, k], outputs, **quiet)
+            else:
+                event(lambda *v: on_input(*v) + stale, [*weights, k], outputs + [summary, histogram], **quiet)
+    for name, button in buttons.items():
+        button.click(lambda labels_, k_, *p_w, name=name: loaded(preset(name, labels_, p_w), k_),
+                     [labels, k, *ps], loaded_outputs, show_progress="hidden")
+    load_b.click(lambda s, at, k_: loaded(from_round(s, at), k_), [session, picker, k], loaded_outputs,
+                 show_progress="hidden")
+
+    def fill_picker(s):
+        choices, default = round_positions(s)
+        return gr.update(choices=choices, value=default)
+    tab.select(fill_picker, session, picker, show_progress="hidden")
+
+    def on_sample(labels_, n_, bug_, *values):
+        result = sample(labels_, values[:SLOTS], values[SLOTS:], n_, bug_)
+        if isinstance(result, Problem):
+            return f"⚠ {result.message}", gr.skip()
+        return result.summary, gr.update(value=result.histogram, visible=True)
+    sample_b.click(on_sample, [labels, n, bug, *ps, *qs], [summary, histogram])
