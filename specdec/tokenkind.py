@@ -176,6 +176,6 @@ def kinds_sentence(counts: tuple[KindCount, ...], least: int = MIN_TESTED) -> st
         return r * (1 - r) / c.tested
     noise = 2 * math.sqrt(var(hi) + var(lo))
     if hi.rate - lo.rate <= noise:
-        head += (f" The gap ({hi.rate - lo.rate:.0%}) is within sampling noise for counts this small "
-                 f"(about {noise:.0%}): no kind drafts clearly better here.")
+        head += (f" The gap ({100 * (hi.rate - lo.rate):.0f} points) is within sampling noise for counts this small "
+                 f"(about {100 * noise:.0f} points): no kind drafts clearly better here.")
     return head + small

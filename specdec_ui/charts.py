@@ -12,7 +12,7 @@ from specdec.experiment import BUGS, OTHER, Histogram, overlap
 from specdec.figure import COLORS
 from specdec.render import PHASE_NAMES, draft_depth, round_stats
 from specdec.theory import CostModel, tokens_per_round, tokens_per_round_drafted
-from specdec.tokenkind import KindCount
+from specdec.tokenkind import MIN_TESTED, KindCount
 from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, UNREACHED, RoundTrace
 
 # One colour per kind of token (COLORS), shared by the charts, the token CSS (layout.CSS) and the round's figure.
@@ -237,8 +237,11 @@ def kinds_figure(sides: dict[str, tuple[KindCount, ...]]) -> go.Figure:
         per = [side[i] for side in counts]
         said = " · ".join(f"{c.kept}/{c.tested}" if c.tested else "none tested" for c in per)
         rows.append(f"{KIND_ROWS[kind]}<br>{said}")
+    # one side is green (kept) in Run and Compare alike; a bar resting on few tests is drawn faint
     fig = go.Figure([go.Bar(y=rows, x=[c.rate or 0 for c in side], orientation="h", name=name,
-                            marker_color=RACE_COLORS.get(name, BAR[ACCEPTED]), showlegend=len(sides) > 1,
+                            marker_color=RACE_COLORS.get(name, BAR[ACCEPTED]) if len(sides) > 1 else BAR[ACCEPTED],
+                            marker_opacity=[1.0 if c.tested >= MIN_TESTED else 0.35 for c in side],
+                            showlegend=len(sides) > 1,
                             text=[f"{c.rate:.0%}" if c.tested else "" for c in side], textposition="auto",
                             hovertemplate=[f"{name}: {KIND_ROWS[c.kind]}, {c.kept} kept of {c.tested} tested"
                                            "<extra></extra>" for c in side])
@@ -316,8 +319,9 @@ def overlap_figure(p, q, labels=None) -> go.Figure:
                    marker=dict(symbol="line-ew-open", size=30, color=Q_COLOR, line=dict(width=3, dash="dot"))),
     ]
     if beta < 1:
-        traces.append(go.Scatter(x=xs, y=(residual / residual.sum()).tolist(), mode="markers",
-                                 name="residual norm(max(0, p − q))",
+        shares = (residual / residual.sum()).tolist()  # a star only where the residual puts mass
+        traces.append(go.Scatter(x=[x for x, v in zip(xs, shares) if v > 0], y=[v for v in shares if v > 0],
+                                 mode="markers", name="residual norm(max(0, p − q))",
                                  marker=dict(size=12, symbol="star", color=RESIDUAL_COLOR,
                                              line=dict(color="#ffffff", width=1))))
     top = max(float(p.max()), float(q.max()), float((residual / residual.sum()).max()) if beta < 1 else 0.0)

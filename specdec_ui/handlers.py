@@ -171,7 +171,7 @@ def sample_positions(session: Session) -> tuple[list[tuple[str, int]], int | Non
     default = _default_position(r, tvs)
     why = ("decided the round" if r.rejected_at is not None else
            "the bug differs most" if tvs[default] >= FLAT_TV else "")  # a TV of 0.000 "differs" from nothing
-    return [(f"{i}: {r.positions[i - 1].text!r}, {r.positions[i - 1].status}, the bug's exact TV {tv:.3f}"
+    return [(f"{i}: {r.positions[i - 1].text!r}, {r.positions[i - 1].status}, the argmax bug's exact TV {tv:.3f}"
              + (f" ({why})" if i == default and why else ""), i) for i, tv in tvs.items()], default
 
 

@@ -105,15 +105,21 @@ def read(labels, p_weights, q_weights) -> tuple[torch.Tensor, torch.Tensor] | Pr
     return out[0], out[1]
 
 
+def _num(x) -> str:
+    """Three decimals; a weight above 0 that would read 0.000 says so, not zero."""
+    x = float(x)
+    return "<0.001" if 0 < x < 0.0005 else f"{x:.3f}"
+
+
 def _table(labels, p: torch.Tensor, q: torch.Tensor) -> str:
     shared, residual, _, beta = overlap(p, q)
     norm = residual / residual.sum() if beta < 1 else None
     rows = []
     for i, label in enumerate(labels):
         keep = f"{min(1.0, float(p[i] / q[i])):.3f}" if q[i] > 0 else "— (q = 0: never drafted)"
-        res = f"{float(norm[i]):.3f}" if norm is not None else "—"
-        rows.append(f"<tr><th scope='row'>{escape(shown(label))}</th><td>{float(p[i]):.3f}</td><td>{float(q[i]):.3f}"
-                    f"</td><td>{float(shared[i]):.3f}</td><td>{keep}</td><td>{res}</td></tr>")
+        res = _num(norm[i]) if norm is not None else "—"
+        rows.append(f"<tr><th scope='row'>{escape(shown(label))}</th><td>{_num(p[i])}</td><td>{_num(q[i])}"
+                    f"</td><td>{_num(shared[i])}</td><td>{keep}</td><td>{res}</td></tr>")
     rows.append(f"<tr><th scope='row'>Σ</th><td>1</td><td>1</td><td>β = {beta:.3f}</td><td></td>"
                 f"<td>{'1' if norm is not None else '— (never needed)'}</td></tr>")
     head = ("<tr><th scope='col'>token x</th><th scope='col'>p(x)</th><th scope='col'>q(x)</th>"

@@ -256,8 +256,9 @@ class Walkthrough:
                 return self, f"This round is already past {self.NAMES[target]}: press {following} next. "
             committed = self.rounds + ((self.shown,) if target == "commit" else ())
             return replace(self, rounds=committed, phase=target), ""
-        if new_round is None:
-            return Walkthrough(self.rounds), f"The generation has finished ({finished}). Press Reset."
+        if new_round is None:  # the last round stays on show (and downloadable as a figure)
+            kept = f": round {len(self.rounds)} stays on show" if self.shown is not None else ""
+            return self, f"The generation has finished ({finished}){kept}. Press Reset to start again."
         return Walkthrough(self.rounds + ((new_round,) if target == "commit" else ()), new_round, target), ""
 
 

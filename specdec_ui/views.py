@@ -283,13 +283,27 @@ def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: 
 KINDS_DEFINED = ("*kept / tested: drafts kept over drafts the rule tested (a draft after a rejection is never "
                  f"tested), per kind of drafted token: {', '.join(tokenkind.KIND_NAMES.values())}. Each token is "
                  "classed by its text and the text before it: a word inside a code fence, inline code or a line of "
-                 "code is a keyword or an identifier, elsewhere a word of prose (the rules: docs/notation.md).*")
+                 "code is a keyword or an identifier, elsewhere (comments and docstrings included) a word of prose (the rules: "
+                 "docs/notation.md). The same kind is often kept more in one text than another: what the text is "
+                 "about matters as much as the kind of token. Faint bars rest on fewer than "
+                 f"{tokenkind.MIN_TESTED} tested drafts.*")
 
 
 def kinds_chart(sides: dict[str, list[list[RoundTrace]]]):
     """The per-kind chart over each side's runs; None when no draft was tested."""
     counts = {name: acceptance_by_kind(*runs) for name, runs in sides.items()}
     return charts.kinds_figure(counts) if any(c.tested for side in counts.values() for c in side) else None
+
+
+def distinct_runs(runs: list[list[RoundTrace]]) -> list[list[RoundTrace]]:
+    """The runs that drafted and tested different tokens: identical runs (every seed at T = 0) once."""
+    seen, out = set(), []
+    for rounds in runs:
+        key = tuple((pos.token_id, pos.status) for r in rounds for pos in r.positions)
+        if key not in seen:
+            seen.add(key)
+            out.append(rounds)
+    return out
 
 
 def kinds_markdown(sides: dict[str, list[list[RoundTrace]]]) -> str:
@@ -495,8 +509,13 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
             if tree:
                 why += "\n\n" + tree_why_markdown(side(chain), side(TREE))
         if any(r.positions for n in specs for r in side(n)):  # every speculative run, one bar per side
-            runs = {n: [p[n].rounds for p in started] for n in specs}
+            runs = {n: distinct_runs([p[n].rounds for p in started]) for n in specs}
             kinds, kinds_text = kinds_chart(runs), kinds_markdown(runs)
+            copies = len(started) - min(len(r) for r in runs.values())
+            if copies:  # at T = 0 every seed drafts and tests the same tokens: counting them twice is no evidence
+                kinds_text = (f"*Over {min(len(r) for r in runs.values())} distinct run(s): {copies} run(s) drafted and "
+                              "tested exactly the same tokens as another (greedy, T = 0) and are counted once.*\n\n"
+                              + kinds_text)
         race = charts.race_figure([(f"{name}{f' (run {i + 1})' if len(pairs) > 1 else ''}", name, p[name].rounds)
                                    for i, p in enumerate(started) for name in p])
     stats = {n: _side_stats([p[n] for p in pairs], n != base) for n in pairs[0]}

@@ -214,3 +214,20 @@ def test_compare_draws_the_chart_over_every_speculative_run():
     assert sum(t for _, t in _shown(view.kinds)) == sum(r.tested for run in runs for r in run) > 0
     assert "kept / tested" in view.kinds_text
     assert compare_view(pairs, settings, finished=False).kinds == "unchanged"  # while it runs
+
+
+def test_compare_at_temperature_zero_counts_identical_runs_once():
+    from dataclasses import replace
+    from specdec_ui.charts import SPECULATIVE, VERIFIER_ONLY
+    from specdec_ui.state import form_defaults, parse_form
+    from specdec_ui.views import compare_view
+    target = tiny.model(1, scale=4)
+    pair = tiny.pair(target, tiny.noisy_copy(target, 2, 0.3))
+    settings = parse_form({**form_defaults(), "prompt": "w1 w2 w3", "k": 3, "confidence": 0.0, "temperature": 0.0,
+                           "max_new_tokens": 16}, pair)
+    pairs = [{name: Generation.from_prompt(pair, settings.prompt, replace(settings.decode, seed=seed), drafter).run()
+              for name, drafter in ((VERIFIER_ONLY, "none"), (SPECULATIVE, "model"))} for seed in (0, 1, 2)]
+    view = compare_view(pairs, settings, finished=True, final=True)
+    one = pairs[0][SPECULATIVE].rounds
+    assert _shown(view.kinds) == [(c.kept, c.tested) for c in acceptance_by_kind(one)]  # greedy: three copies, once
+    assert "Over 1 distinct run(s): 2 run(s)" in view.kinds_text

@@ -232,7 +232,8 @@ def test_walkthrough_is_a_pure_state_machine_of_four_phases(pair):
     w, _ = w.press("step", r2)
     assert (w.rounds, w.shown, w.phase) == ((r1, r2), r2, "commit")
     done, said = w.press("step", None, "eos")
-    assert done.rounds == (r1, r2) and done.shown is None and "finished (eos)" in said
+    assert (done.rounds, done.shown, done.phase) == ((r1, r2), r2, "commit") and "finished (eos)" in said
+    assert "round 2 stays on show" in said
     assert w.press("reset")[0] == Walkthrough()
 
 
