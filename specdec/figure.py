@@ -346,7 +346,7 @@ def _tree(r: RoundTrace, phase: str, greedy: bool, story: str) -> tuple[list[str
     box_w = [max(_width(a, 26, True), _width(b, 22), _width(c, 22, bold=True), _width(d, 22)) + 28
              for a, b, c, d in labels]
     # a line more for the tests, the lines closer: the boxes grow by less than a line
-    (box_h, gap_y, pitch, gap_x) = (108, 6, 25, 30) if tests else (96, 12, 27, 40)
+    (box_h, gap_y, pitch, gap_x) = (112, 4, 25, 30) if tests else (96, 12, 27, 40)
     cols = max(depth) + 1
     col_w = [max(w for w, d in zip(box_w, depth) if d == c) for c in range(cols)]
     col_x = [sum(col_w[:c]) + gap_x * c for c in range(cols)]
