@@ -17,7 +17,7 @@ import re
 from html import escape
 from pathlib import Path
 
-from .render import COLUMNS, DASH, explain, position_rows
+from .render import COLUMNS, DASH, draft_depth, explain, position_rows
 from .render_tree import tree_explain, tree_layout, tree_test_rows
 from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNREACHED, UNTESTED,
                     RoundTrace)
@@ -48,7 +48,7 @@ TOP, BAND = 230, 820              # where the round's drawing starts; where the 
 # The three panels (x, y, width, height): along the bottom, or down the right for a tall, narrow tree
 BOTTOM = ((M, BAND, 640, H - 24 - BAND), (M + 670, BAND, 600, H - 24 - BAND), (M + 1300, BAND, 500, H - 24 - BAND))
 RIGHT_X = W - M - 620
-RIGHT = ((RIGHT_X, TOP, 620, 236), (RIGHT_X, TOP + 256, 620, 236), (RIGHT_X, TOP + 512, 620, H - 24 - TOP - 512))
+RIGHT = ((RIGHT_X, TOP, 620, 212), (RIGHT_X, TOP + 226, 620, 226), (RIGHT_X, TOP + 466, 620, H - 24 - TOP - 466))
 SANS = "'DejaVu Sans', 'Segoe UI', Arial, sans-serif"
 MONO = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
 SANS_EM, BOLD_EM, MONO_EM = 0.6, 0.66, 0.61  # a character's advance, in em, for laying text out (DejaVu: at most)
@@ -63,6 +63,11 @@ def visible(text: str, limit: int = 0) -> str:
     their pictures; cut to ``limit`` characters with an ellipsis."""
     out = "".join(MARKS.get(c) or _printable(c) for c in text) or "∅"
     return out if not limit or len(out) <= limit else out[:limit - 1] + "…"
+
+
+def quoted(text: str) -> str:
+    """A token in a sentence, as the table shows it: in quotes, its whitespace marked."""
+    return f"'{visible(text)}'"
 
 
 def _printable(c: str) -> str:
@@ -161,15 +166,17 @@ def round_figure(r: RoundTrace, phase: str = "commit", *, settings=None, context
         parts.append(_text(M, y, line, 26, fill=MUTED))
     parts.append(_context(context, y + 46))
     if kind == "tree":
-        drawing, boxes = _tree(r, phase, greedy)
         story = tree_explain(r, phase, greedy, settings.decode.k if settings else max(n.depth for n in r.tree.nodes),
-                             settings.decode.confidence if settings else 0.0, step_fit)
+                             settings.decode.confidence if settings else 0.0, step_fit, quote=quoted).replace(
+            " (the table)", " (its r/q in the node's box)").replace(
+            "The walk starts at the root. ", "").replace(" A kept child is where the walk goes on.", "")
+        drawing, boxes = _tree(r, phase, greedy, story)
     else:
-        story = explain(r, phase, settings.drafter if settings else "model", greedy, step_fit)
+        story = explain(r, phase, settings.drafter if settings else "model", greedy, step_fit, quote=quoted)
         drawing, boxes = _chain(r, phase, greedy, story), BOTTOM
     parts += drawing
     parts += (_round_end(r, phase, greedy, *boxes[0]) + _caches(r, phase, previous, *boxes[1])
-              + _legend(r, phase, *boxes[2]))
+              + (_legend(r, phase, *boxes[2]) if len(boxes) > 2 else []))
     label = f"{heading}. {_settings_line(r, settings, greedy)}"
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
             f'aria-label="{_xml(label)}" font-family="{SANS}" data-name="specdec-round-{r.index + 1}-{phase}">'
@@ -213,13 +220,27 @@ def _settings_line(r: RoundTrace, settings, greedy: bool) -> str:
     if r.tree is not None:
         out.append(f"W = {r.tree.width}, N = {r.tree.budget}")
     out.append("temperature 0 (greedy)" if greedy else f"temperature {s.temperature:g}")
-    out += [f"top-k {s.top_k}"] * bool(s.top_k) + [f"top-p {s.top_p:g}"] * (s.top_p < 1)
-    out.append(f"drafter: {DRAFTER_NAMES.get(settings.drafter, settings.drafter)}")
+    if not greedy:                      # top-k, top-p and the seed shape only sampling
+        out += [f"top-k {s.top_k}"] * bool(s.top_k) + [f"top-p {s.top_p:g}"] * (s.top_p < 1) + [f"seed {d.seed}"]
+    out += [_draft_stop(r, d.k, d.confidence)] * bool(d.confidence or r.draft_stop == "confidence")
+    drafter = DRAFTER_NAMES.get(settings.drafter, settings.drafter)
+    if settings.drafter == "tree" and (r.tree is None or r.tree.width == 1):  # the chain drafter drafted W = 1
+        drafter += " (ran as a chain: W = 1)"
+    out.append(f"drafter: {drafter}")
     m = settings.models
     out.append(f"verifier {m.target.removeprefix('embedded:')} ({m.precision})")
     if m.draft and settings.drafter not in ("lookup", "none"):
         out.append(f"draft {m.draft.removeprefix('embedded:')} ({m.draft_precision})")
     return " · ".join(out)
+
+
+def _draft_stop(r: RoundTrace, k: int, confidence: float) -> str:
+    """The draft's confidence threshold, and whether it stopped drafting short of K (the data
+    :func:`~specdec.render.draft_stop_text` says in a sentence)."""
+    if r.draft_stop != "confidence":
+        return f"draft confidence {confidence:g}"
+    n = draft_depth(r) if r.tree is not None else len(r.positions)
+    return f"draft confidence {confidence:g}: stopped after {n} of {k}" + (" depths" if r.tree is not None else "")
 
 
 def _context(context: str, y: float) -> str:
@@ -249,20 +270,31 @@ def _chain(r: RoundTrace, phase: str, greedy: bool, story: str) -> list[str]:
     right = M + 1300                      # the table's room; the phase's story to its right
     if not rows:
         out.append(_text(M, TOP + 40, "Nothing was drafted this round: one plain verifier step.", 28, bold=True))
+    elif len(rows) <= 3:                  # a few drafts: larger rows across the slide, the story below them
+        table, bottom = _table(headers, rows, W - 2 * M, 150.0)
+        return out + table + _story(story, M, bottom + 44, W - 2 * M, BAND - 30 - bottom - 44, 28)
     else:
-        out += _table(headers, rows, right - M - 40)
-    out.append(_text(right, TOP + 10, "What happened", 26, bold=True))
-    for j, line in enumerate(_fit(story.replace("**", "").split(". ", 1)[-1], W - M - right, 22, 19)):
-        out.append(_text(right, TOP + 48 + 29 * j, line, 22))
+        out += _table(headers, rows, right - M - 40)[0]
+    return out + _story(story, right, TOP + 10, W - M - right, BAND - 30 - TOP - 10, 22)
+
+
+def _story(story: str, x: float, y: float, w: float, h: float, px: float) -> list[str]:
+    """The phase's paragraph under the heading "What happened", in a box at (x, y) of w x h: whole
+    sentences dropped from its end where it does not fit."""
+    step = round(px * 1.32)
+    out = [_text(x, y, "What happened", 26, bold=True)]
+    for j, line in enumerate(_fit(story.replace("**", "").split(". ", 1)[-1], w, px, max(1, int((h - 38) // step)))):
+        out.append(_text(x, y + 38 + step * j, line, px))
     return out
 
 
-def _table(headers: list[str], rows: list, room: float) -> list[str]:
+def _table(headers: list[str], rows: list, room: float, cap: float = 76.0) -> tuple[list[str], float]:
+    """The drafts' table, rows up to ``cap`` px tall, and where it ends."""
     n, tall = len(rows), BAND - 30 - TOP - 56
-    row_h = max(34.0, min(76.0, tall / n))
+    row_h = max(34.0, min(cap, tall / n))
     shown = rows if row_h * n <= tall else rows[:int(tall // row_h) - 1]
     mono = [h == "token" for h in headers]
-    for px in [size for size in (30, 26, 22) if row_h >= size * 2.2 or size == 22]:  # the largest that fits
+    for px in [size for size in (40, 34, 30, 26, 22) if row_h >= size * 2.2 or size == 22]:  # the largest that fits
         widths = [max(_width(h, 22, bold=True), *(_width(c[k], px, mono[k], h == "verdict") for _, _, c in shown)) + 28
                   for k, h in enumerate(headers)]
         if sum(widths) <= room:
@@ -275,7 +307,7 @@ def _table(headers: list[str], rows: list, room: float) -> list[str]:
                f'stroke-width="2"/>')
     y = TOP + 52
     for status, pos, cells in shown:
-        story = f"position {cells[0]}, {pos.text!r}: " + ", ".join(f"{h} {c}" for h, c in zip(headers[2:], cells[2:]))
+        story = f"position {cells[0]}, {quoted(pos.text)}: " + ", ".join(f"{h} {c}" for h, c in zip(headers[2:], cells[2:]))
         out.append(f'<g class="draft-row" data-status="{status}"><title>{_xml(story)}</title>'
                    + _rect(M, y, sum(widths), row_h - 6, FILL[status], rx=6)
                    + _rect(M, y, 10, row_h - 6, LINE[status], rx=3)
@@ -286,38 +318,50 @@ def _table(headers: list[str], rows: list, room: float) -> list[str]:
         rest = rows[len(shown):]
         kinds = ", ".join(f"{sum(s == k for s, _, _ in rest)} {CUES[k][2:]}" for k in dict.fromkeys(s for s, _, _ in rest))
         out.append(_text(M + 14, y + 28, f"… and {n - len(shown)} more drafts ({kinds})", 22, fill=MUTED))
-    return out
+        y += 40
+    return out, y
 
 
 # ---- a tree: its nodes, the kept path thick -----------------------------------------------------
 
-def _tree(r: RoundTrace, phase: str, greedy: bool) -> tuple[list[str], tuple]:
-    """The tree's drawing, and where the panels go: along the bottom, or down the right where that
-    leaves a tall, narrow tree drawn larger."""
+def _tree(r: RoundTrace, phase: str, greedy: bool, story: str) -> tuple[list[str], tuple]:
+    """The tree's drawing with the phase's story, and where the panels go: along the bottom (the story
+    to the tree's right), or down the right where that leaves a tall, narrow tree drawn larger (the
+    story below it)."""
     t, nodes = r.tree, list(r.tree.nodes)
     decided = phase in ("accept", "commit")
     parents, depth, row = tree_layout(r, phase)
     final = len(parents) > len(nodes)  # the token that ends the round is drawn too
     kinds = [ROOT] + [n.status if decided else DRAFTED for n in nodes[1:]] + ([r.next_kind] if final else [])
-    labels = []
+    labels, tests = [], _tree_tests(r, greedy) if decided else {}
     for j, kind in enumerate(kinds):
         if j == len(nodes):
             how = "the argmax" if greedy and r.next_kind == RESAMPLED else (
                 "from p" if r.next_kind in (BONUS, PLAIN) else "from the residual")
-            labels.append((visible(r.next_token.text, 12), how, CUES[kind]))
+            labels.append((visible(r.next_token.text, 12), how, CUES[kind], ""))
         else:
             n = nodes[j]
             nums = "last in context" if j == 0 else f"q {n.q:.2g}" + (f" · p {n.p:.2g}" if phase != "draft" else "")
-            labels.append((f"{j} {visible(n.text, 12)}", nums, CUES[kind]))
-    box_w = [max(_width(a, 26, True), _width(b, 22), _width(c, 22, bold=True)) + 28 for a, b, c in labels]
-    box_h, gap_x, gap_y = 96, 40, 12
+            labels.append((f"{j} {visible(n.text, 12)}", nums, CUES[kind], tests.get(j, "")))
+    box_w = [max(_width(a, 26, True), _width(b, 22), _width(c, 22, bold=True), _width(d, 22)) + 28
+             for a, b, c, d in labels]
+    # a line more for the tests, the lines closer: the boxes grow by less than a line
+    (box_h, gap_y, pitch, gap_x) = (112, 4, 25, 30) if tests else (96, 12, 27, 40)
     cols = max(depth) + 1
     col_w = [max(w for w, d in zip(box_w, depth) if d == c) for c in range(cols)]
     col_x = [sum(col_w[:c]) + gap_x * c for c in range(cols)]
     width, height = col_x[-1] + col_w[-1], (max(row) + 1) * (box_h + gap_y) - gap_y
-    below = min(GROW, (W - 2 * M) / width, (BAND - 40 - TOP) / height)
+    aside = 520                           # the story's column beside a tree above the panels
+    below = min(GROW, (W - 2 * M - aside - 40) / width, (BAND - 40 - TOP) / height)
     beside = min(GROW, (RIGHT_X - 40 - M) / width, (H - 24 - TOP) / height)
-    scale, boxes, room = (below, BOTTOM, W - 2 * M) if below >= beside else (beside, RIGHT, RIGHT_X - 40 - M)
+    if below >= beside:
+        scale, boxes, room = below, BOTTOM, W - 2 * M - aside - 40
+        told = _story(story, W - M - aside, TOP + 10, aside, BAND - 30 - TOP - 10, 22)
+    else:                                 # the story in the key's place: each node says its verdict in words
+        scale, boxes, room = beside, RIGHT[:2], RIGHT_X - 40 - M
+        x3, y3, w3, h3 = RIGHT[2]
+        told = (_panel(x3, y3, w3, h3, "")[:1] + _story(story, x3 + 20, y3 + 38, w3 - 40, h3 - 70, 22)
+                + [_text(x3 + 20, y3 + h3 - 16, "· space  → tab  ↵ line break", 22, fill=MUTED)])
     x0 = M + (room - width * scale) / 2
     x = [col_x[d] for d in depth]
     y = [v * (box_h + gap_y) for v in row]
@@ -333,26 +377,42 @@ def _tree(r: RoundTrace, phase: str, greedy: bool) -> tuple[list[str], tuple]:
         dash = ' stroke-dasharray="10 6"' if ends else ""
         out.append(f'<path d="M{x1:.1f},{y1:.1f} C{mid:.1f},{y1:.1f} {mid:.1f},{y2:.1f} {x2:.1f},{y2:.1f}" fill="none" '
                    f'stroke="{colour}" stroke-width="{6 if kept else 3}"{dash}/>')
-    for j, ((top, mid_line, cue), kind) in enumerate(zip(labels, kinds)):
+    for j, ((top, mid_line, cue, test), kind) in enumerate(zip(labels, kinds)):
         cls = "round-end" if j == len(nodes) else "tree-node"
         out.append(f'<g class="{cls}" data-status="{kind}"><title>{_xml(_node_story(r, j, phase, kind))}</title>'
                    + _rect(x[j], y[j], box_w[j], box_h, FILL[kind], LINE[kind], 5 if decided and j in t.kept else 2.5)
-                   + _text(x[j] + 14, y[j] + 32, top, 26, mono=True)
-                   + _text(x[j] + 14, y[j] + 60, mid_line, 22)
-                   + _text(x[j] + 14, y[j] + 86, cue, 22, bold=True) + "</g>")
+                   + _text(x[j] + 14, y[j] + pitch + 4, top, 26, mono=True)
+                   + _text(x[j] + 14, y[j] + 2 * pitch + 4, mid_line, 22)
+                   + _text(x[j] + 14, y[j] + 3 * pitch + 4, cue, 22, bold=True)
+                   + (_text(x[j] + 14, y[j] + 4 * pitch + 2, test, 22) if test else "") + "</g>")
     out.append("</g>")
     if scale < 1:
         out.append(_text(M, TOP + height * scale + 34, f"drawn at {scale:.0%} to fit the slide", 22, fill=MUTED))
-    return out, boxes
+    return out + told, boxes
+
+
+def _tree_tests(r: RoundTrace, greedy: bool) -> dict[int, str]:
+    """Each tested node's test, as the chain's table gives it: the ratio it was kept by and its draw u
+    (none at temperature 0). A child tested after a rejected sibling is tested against the residual r
+    that rejection left, so its ratio is r/q, not p/q."""
+    nodes, out, after = r.tree.nodes, {}, set()
+    for j in sorted((j for j, n in enumerate(nodes) if n.status in (ACCEPTED, REJECTED)),
+                    key=lambda j: (nodes[j].depth, j)):
+        n = nodes[j]
+        name = "r/q" if n.parent in after and not greedy else "p/q"
+        out[j] = f"{name} {_num(n.ratio)}" + (f" · u {_num(n.u)}" if n.u is not None else "")
+        if n.status == REJECTED:
+            after.add(n.parent)
+    return out
 
 
 def _node_story(r: RoundTrace, j: int, phase: str, kind: str) -> str:
     if j == len(r.tree.nodes):
-        return f"{r.next_token.text!r}, {r.next_kind}, probability {r.next_token.prob:.3g}"
+        return f"{quoted(r.next_token.text)}, {r.next_kind}, probability {r.next_token.prob:.3g}"
     n = r.tree.nodes[j]
     if j == 0:
-        return f"node 0 {n.text!r}: the root, the last context token"
-    out = f"node {j} {n.text!r}, depth {n.depth}, child of node {n.parent}: q {n.q:.4f}"
+        return f"node 0 {quoted(n.text)}: the root, the last context token"
+    out = f"node {j} {quoted(n.text)}, depth {n.depth}, child of node {n.parent}: q {n.q:.4f}"
     out += f", p {n.p:.4f}" if phase != "draft" else ""
     return out + (f": {CUES[kind][2:]}" if kind != DRAFTED else "")
 
@@ -388,7 +448,7 @@ def _source(r: RoundTrace, greedy: bool) -> str:
     """Where the token that ends the round came from, in one or two sentences."""
     p = f"probability {r.next_token.prob:.3g}"
     if r.tree is not None:
-        row = tree_test_rows(r, greedy)[-1][1]   # the row of the token that ended the round
+        row = tree_test_rows(r, greedy, quoted)[-1][1]   # the row of the token that ended the round
         how = row[8].replace("drawn from it", f"drawn from {row[5]}")
         return f"{how[0].upper()}{how[1:]}" + (f", after node {row[1]}." if r.next_kind == RESAMPLED else ".")
     if r.next_kind == BONUS:

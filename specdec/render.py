@@ -105,22 +105,22 @@ def position_rows(r: RoundTrace, phase: str) -> list[list]:
     return rows
 
 
-def draft_stop_text(r: RoundTrace, k: int, confidence: float) -> str:
+def draft_stop_text(r: RoundTrace, k: int, confidence: float, quote=repr) -> str:
     """Why the round drafted as many tokens as it did, in one sentence (two for the hybrid drafter:
     who drafted, then why it stopped)."""
     if r.drafted_by:
         who = ("Prompt lookup drafted this round: it found the last tokens earlier and copied what followed, "
                "with no draft forward. " if r.drafted_by == "lookup" else
                "The draft model drafted this round: prompt lookup found nothing to copy. ")
-        return who + draft_stop_text(replace(r, drafted_by=""), k, confidence)
+        return who + draft_stop_text(replace(r, drafted_by=""), k, confidence, quote)
     n = len(r.positions)
     if r.draft_stop == "confidence":
         last = r.positions[-1]
-        return (f"Drafting stopped after {plural(n, 'token', 'tokens')}: the draft's confidence in {last.text!r} was "
+        return (f"Drafting stopped after {plural(n, 'token', 'tokens')}: the draft's confidence in {quote(last.text)} was "
                 f"{last.confidence:.2f}, below the threshold {confidence:g} (its top probability before "
                 "temperature, in the conf. column).")
     if r.draft_stop == "stop_token":
-        return f"Drafting stopped after {plural(n, 'token', 'tokens')}: {r.positions[-1].text!r} is a stop token."
+        return f"Drafting stopped after {plural(n, 'token', 'tokens')}: {quote(r.positions[-1].text)} is a stop token."
     if r.draft_stop == "budget":
         return (f"Drafted {plural(n, 'token', 'tokens')}, fewer than K = {k}: only {n + 1} more "
                 f"{'token fits' if n == 0 else 'tokens fit'} in the budget (max new tokens or the context).")
@@ -156,8 +156,9 @@ def verify_cost_text(rows: int, verify_s: float, step_fit: tuple[float, float] |
 
 
 def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = False,
-            step_fit: tuple[float, float] | None = None) -> str:
+            step_fit: tuple[float, float] | None = None, quote=repr) -> str:
     """One paragraph on what the phase just did and why the rule keeps the verifier's distribution.
+    ``quote``: how a token's text is written in the sentence (``repr``; the figure marks its whitespace).
     ``step_fit``: this machine's verifier cost t_f + t_r·L in ms (:func:`verify_cost_text`), or None."""
     k = r.drafted
     if phase == "draft":
@@ -183,7 +184,7 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                 f"{verify_cost_text(k + 1, r.times.verify, step_fit)}")
     if phase == "accept":
         if k == 0:
-            return (f"**Accept/reject.** Nothing to test: {r.next_token.text!r} was drawn from p, as plain "
+            return (f"**Accept/reject.** Nothing to test: {quote(r.next_token.text)} was drawn from p, as plain "
                     "decoding would.")
         head = ("**Accept/reject.** At temperature 0 p and q are one-hot: a draft is kept exactly when it is the "
                 "verifier's argmax (p/q = 1), and no draw u is made; the first rejection ends the round and the "
@@ -192,17 +193,17 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                 "min(1, p/q); the first rejection ends the round and the drafts after it are never tested. ")
         if r.next_kind is None:
             stop = r.positions[r.n_accepted - 1]
-            tail = (f"The kept drafts include the stop token {stop.text!r} at position {r.n_accepted}: the output ends "
+            tail = (f"The kept drafts include the stop token {quote(stop.text)} at position {r.n_accepted}: the output ends "
                     "there, so the drafts after it and the next token are dropped.")
         elif r.rejected_at is None:
             tail = (f"All {k} passed, and the same forward already holds p for the next position, so the bonus token "
-                    f"{r.next_token.text!r} is drawn from p at no extra cost.")
+                    f"{quote(r.next_token.text)} is drawn from p at no extra cost.")
         else:
             x = r.positions[r.rejected_at]
-            tail = (f"Position {r.rejected_at + 1} ({x.text!r}) is not the verifier's argmax, so it is rejected and "
-                    f"replaced by the verifier's argmax {r.next_token.text!r}." if greedy else
-                    f"Position {r.rejected_at + 1} ({x.text!r}) failed: u = {x.u:.3f} > p/q = {x.ratio:.3f}. "
-                    f"The replacement {r.next_token.text!r} is drawn from the residual norm(max(0, p - q)). Where "
+            tail = (f"Position {r.rejected_at + 1} ({quote(x.text)}) is not the verifier's argmax, so it is rejected and "
+                    f"replaced by the verifier's argmax {quote(r.next_token.text)}." if greedy else
+                    f"Position {r.rejected_at + 1} ({quote(x.text)}) failed: u = {x.u:.3f} > p/q = {x.ratio:.3f}. "
+                    f"The replacement {quote(r.next_token.text)} is drawn from the residual norm(max(0, p − q)). Where "
                     "the draft over-proposes a token (q > p) it is kept only with probability p/q, and the residual "
                     "puts back exactly the mass that was removed, so every emitted token is distributed as p.")
         if greedy:

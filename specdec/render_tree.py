@@ -21,14 +21,14 @@ def _tops(top) -> str:
     return " · ".join(f"{t.text!r} {t.prob:.2f}" for t in top[:3]) or DASH
 
 
-def tree_test_rows(r: RoundTrace, greedy: bool) -> list[tuple[str, list]]:
+def tree_test_rows(r: RoundTrace, greedy: bool, quote=repr) -> list[tuple[str, list]]:
     """The rule's tests of a tree round in the order it ran them (depth by depth down the accepted
     path, each node's children in index order until one is kept), then the token that ended the
-    round: (row status, cells under TREE_HEADERS)."""
+    round: (row status, cells under TREE_HEADERS). ``quote``: how a token's text is written (``repr``)."""
     nodes = r.tree.nodes
     tested = sorted((j for j, n in enumerate(nodes) if n.status in (ACCEPTED, REJECTED)),
                     key=lambda j: (nodes[j].depth, j))
-    name = lambda j: f"{j}: {nodes[j].text!r}"  # noqa: E731
+    name = lambda j: f"{j}: {quote(nodes[j].text)}"  # noqa: E731
     rows, against, parent = [], "", None
     for i, j in enumerate(tested, 1):
         n = nodes[j]
@@ -41,31 +41,32 @@ def tree_test_rows(r: RoundTrace, greedy: bool) -> list[tuple[str, list]]:
                                 round(n.ratio, 3), DASH if n.u is None else round(n.u, 3), verdict,
                                 _tops(n.residual_top) if not kept else DASH]))
         if not kept and not greedy:
-            against = f"the residual after {n.text!r}"
+            against = f"the residual after {quote(n.text)}"
     if r.next_token is not None:
         end = _walk_end(r)
         if r.next_kind == PLAIN:
             source, how = "p", "drawn from p: nothing was drafted (room for one more token only)"
         elif r.next_kind == BONUS:
-            source, how = "p", f"bonus: drawn from p after the leaf {nodes[end].text!r}"
+            source, how = "p", f"bonus: drawn from p after the leaf {quote(nodes[end].text)}"
         elif greedy:
             source, how = "the argmax of p", "resampled: no child was the argmax, so the argmax itself"
         else:
             source, how = against, "resampled: drawn from it"
-        rows.append((r.next_kind, ["then", name(end), repr(r.next_token.text), DASH, DASH, source, DASH, DASH,
+        rows.append((r.next_kind, ["then", name(end), quote(r.next_token.text), DASH, DASH, source, DASH, DASH,
                                    f"{how} (probability {r.next_token.prob:.3g})", _tops(r.next_top)]))
     return rows
 
 
-def _texts(r: RoundTrace, js) -> str:
-    return ", ".join(repr(r.tree.nodes[j].text) for j in js)
+def _texts(r: RoundTrace, js, quote=repr) -> str:
+    return ", ".join(quote(r.tree.nodes[j].text) for j in js)
 
 
 def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: float = 0.0,
-                 step_fit: tuple[float, float] | None = None) -> str:
+                 step_fit: tuple[float, float] | None = None, quote=repr) -> str:
     """One paragraph on what the phase just did to the round's token tree (SpecInfer; recursive
     rejection sampling, Jeon et al. 2024) and why the output keeps the verifier's distribution.
-    ``step_fit``: this machine's verifier cost t_f + t_r·L in ms (:func:`~specdec.render.verify_cost_text`)."""
+    ``step_fit``: this machine's verifier cost t_f + t_r·L in ms (:func:`~specdec.render.verify_cost_text`).
+    ``quote``: how a token's text is written in the sentence (``repr``; the figure marks its whitespace)."""
     t, nodes = r.tree, r.tree.nodes
     n, depth = len(nodes) - 1, draft_depth(r)
     if n == 0 and phase != "commit":  # one token left in the budget: a plain verifier step
@@ -73,7 +74,7 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
                          "the context), so the round is one plain verifier step.",
                 "verify": "**Verify.** One verifier forward produced p for the next position, exactly as plain "
                           "decoding would.",
-                "accept": f"**Accept/reject.** Nothing to test: {r.next_token.text!r} was drawn from p, as plain "
+                "accept": f"**Accept/reject.** Nothing to test: {quote(r.next_token.text)} was drawn from p, as plain "
                           "decoding would."}[phase]
     if phase == "draft":
         how = "q's top tokens" if greedy else "draws from q without replacement, in draw order"
@@ -86,7 +87,7 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
                               f"confidence threshold {confidence:g} (its top probability before temperature)"
                 }.get(r.draft_stop, "")
         return (f"**Draft.** The draft model grew a token tree from the last context token, the root "
-                f"({nodes[0].text!r}). Depth by depth it expanded the W = {t.width} most probable nodes (by path "
+                f"({quote(nodes[0].text)}). Depth by depth it expanded the W = {t.width} most probable nodes (by path "
                 f"probability, the product of q along the path) in one batched forward, each row seeing the context "
                 f"and its own ancestors, and gave each up to W children: {how}, as many as it takes to cover most of "
                 f"q (one where the draft is sure). {plural(n, 'node', 'nodes')} in {plural(depth, 'depth', 'depths')}; "
@@ -98,8 +99,8 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
                 f"Nothing is decided yet. {verify_cost_text(n + 1, r.times.verify, step_fit, 'the tree forward')}")
     end = _walk_end(r)
     tried = sum(nodes[j].parent == end for j in range(1, len(nodes)))
-    path = f"It kept {plural(len(t.kept), 'node', 'nodes')} ({_texts(r, t.kept)})" if t.kept else "It kept no node"
-    at = f"at the root ({nodes[0].text!r})" if end == 0 else f"at {nodes[end].text!r}"
+    path = f"It kept {plural(len(t.kept), 'node', 'nodes')} ({_texts(r, t.kept, quote)})" if t.kept else "It kept no node"
+    at = f"at the root ({quote(nodes[0].text)})" if end == 0 else f"at {quote(nodes[end].text)}"
     kids = "its one child" if tried == 1 else f"all its {tried} children"
     if phase == "accept":
         if greedy:
@@ -112,14 +113,14 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
                     "norm(max(0, r − q)) and q loses the rejected token, so the next sibling is tested against what "
                     "is left (the table). A kept child is where the walk goes on. ")
         if r.next_kind is None:
-            tail = f"{path}, down to the stop token {nodes[end].text!r}: the output ends there."
+            tail = f"{path}, down to the stop token {quote(nodes[end].text)}: the output ends there."
         elif r.next_kind == BONUS:
-            tail = f"{path}, down to a leaf, so the bonus {r.next_token.text!r} is drawn from p there at no extra cost."
+            tail = f"{path}, down to a leaf, so the bonus {quote(r.next_token.text)} is drawn from p there at no extra cost."
         elif greedy:
             tail = (f"{path}; {at} {'its one child is not' if tried == 1 else 'none of its children is'} the "
-                    f"argmax, so the argmax {r.next_token.text!r} itself is emitted.")
+                    f"argmax, so the argmax {quote(r.next_token.text)} itself is emitted.")
         else:
-            tail = (f"{path}; {at} {kids} failed, and {r.next_token.text!r} is drawn from the residual "
+            tail = (f"{path}; {at} {kids} failed, and {quote(r.next_token.text)} is drawn from the residual "
                     f"{'it' if tried == 1 else 'they'} left. Each rejection removes from r "
                     "exactly the mass its test could have kept, so every emitted token is distributed as p, "
                     "whichever branches the draft guessed.")

@@ -163,8 +163,12 @@ def test_a_tree_round_draws_every_node_with_its_verdict_and_the_kept_path(tree_r
     nodes = groups(root, "tree-node")
     assert len(nodes) == len(r.tree.nodes)
     for j, (g, n) in enumerate(zip(nodes, r.tree.nodes)):
-        top, _, cue = texts(g)
+        top, _, cue, *test = texts(g)
         assert top == f"{j} {visible(n.text)}"
+        if n.status in (ACCEPTED, REJECTED):                   # its test, as the chain's table gives it
+            assert len(test) == 1 and test[0].endswith(f"/q {n.ratio:.3g} · u {n.u:.3g}"), (j, test)
+        else:
+            assert test == []
         assert cue == ("root" if j == 0 else VERDICTS[n.status]), (j, n.status)
         assert g.get("data-status") == n.status
     thick = [p for p in root.iter(f"{SVG}path") if p.get("stroke-width") == "6"]
@@ -176,6 +180,61 @@ def test_a_tree_round_draws_every_node_with_its_verdict_and_the_kept_path(tree_r
     assert cache_row(root, "verifier") == [str(r.context_len - 1), str(r.target_cache[0]), "—"]
     drafted = parse(round_figure(r, "draft", settings=s))
     assert all(texts(g)[2] == "○ drafted" for g in groups(drafted, "tree-node")[1:])
+
+
+def test_a_tree_round_says_what_happened_and_tests_a_sibling_against_the_residual(tree_round):
+    r, s = tree_round
+    root = parse(round_figure(r, "accept", settings=s))
+    said = " ".join(texts(root))
+    assert "What happened" in said and "the next sibling is tested against what is left" in said
+    nodes, tests = r.tree.nodes, {}
+    for g, n in zip(groups(root, "tree-node"), nodes):
+        if len(texts(g)) == 4:
+            tests.setdefault(n.parent, []).append((texts(g)[3], n.status))
+    # the first child tested is tested against p; a child after a rejected sibling against the residual r
+    for siblings in tests.values():
+        assert siblings[0][0].startswith("p/q ")
+        assert all(t.startswith("r/q ") for t, _ in siblings[1:]), siblings
+    assert any(len(v) > 1 for v in tests.values())
+    greedy = replace(r, tree=replace(r.tree, nodes=tuple(replace(n, u=None) for n in nodes)))
+    cold = parse(round_figure(greedy, "accept", settings=replace(s, decode=replace(
+        s.decode, sampling=SamplingConfig(0.0)))))
+    shown = [texts(g) for g in groups(cold, "tree-node")]
+    assert any(len(t) == 4 for t in shown) and not any("· u" in t[-1] for t in shown)  # no u at temperature 0
+
+
+def test_a_tree_that_ran_as_a_chain_says_so():
+    hf = tiny.model(0, scale=4)
+    pair = tiny.pair(tiny.lean(hf), tiny.lean(tiny.noisy_copy(hf, 1, 0.3), batch_invariant=False))
+    s = settings(1.0, "tree", tree_width=1, tree_nodes=4)
+    r = rounds(pair, s)[0]
+    assert r.tree is None                                                   # width 1: the chain drafter drafted it
+    said = " ".join(texts(parse(round_figure(r, settings=s))))
+    assert "drafter: model, as a token tree (ran as a chain: W = 1)" in said
+
+
+def test_the_subtitle_says_what_stopped_drafting_and_the_sampling_settings(chain):
+    r, s = chain["rejected"]
+    s = replace(s, decode=replace(s.decode, k=6, confidence=0.6, seed=7,
+                                  sampling=SamplingConfig(1.0, top_k=20, top_p=0.9)))
+    stopped = replace(r, draft_stop="confidence")
+    said = " ".join(texts(parse(round_figure(stopped, settings=s))))
+    for words in (f"draft confidence 0.6: stopped after {len(r.positions)} of 6", "top-k 20", "top-p 0.9", "seed 7"):
+        assert words in said, words
+    said = " ".join(texts(parse(round_figure(r, settings=s))))     # the threshold did not stop it
+    assert "draft confidence 0.6" in said and "stopped after" not in said
+
+
+def test_a_few_drafts_fill_the_slide(chain):
+    r, s = chain["rejected"]
+    one = replace(r, positions=r.positions[:1])
+    root = parse(round_figure(one, "draft", settings=s))
+    row = groups(root, "draft-row")[0].find(f"{SVG}rect")
+    assert float(row.get("height")) >= 100                          # a taller row than a full table's
+    heading = next(t for t in root.iter(f"{SVG}text") if t.text == "What happened")
+    lines = [t for t in root.iter(f"{SVG}text") if float(t.get("y")) > float(heading.get("y"))
+             and float(t.get("x")) == float(heading.get("x")) and float(t.get("y")) < 800]
+    assert float(heading.get("x")) == 60 and len(lines) >= 2        # the story under the table, across the slide
 
 
 def test_any_token_text_makes_a_valid_svg_with_its_whitespace_visible(chain, tmp_path):
