@@ -196,38 +196,32 @@ def _shown(fig) -> list[tuple[int, int]]:
             for m in (re.search(r"<br>(\d+)/(\d+)", row) for row in fig.data[0].y)]
 
 
-def test_compare_draws_the_chart_over_every_speculative_run():
+def _compared(temperature: float, seeds: tuple[int, ...]):
+    """A finished comparison on tiny models: its view and the speculative side's runs."""
     from dataclasses import replace
     from specdec_ui.charts import SPECULATIVE, VERIFIER_ONLY
     from specdec_ui.state import form_defaults, parse_form
     from specdec_ui.views import compare_view
     target = tiny.model(1, scale=4)
     pair = tiny.pair(target, tiny.noisy_copy(target, 2, 0.3))
-    settings = parse_form({**form_defaults(), "prompt": "w1 w2 w3", "k": 3, "confidence": 0.0, "temperature": 1.0,
-                           "max_new_tokens": 16}, pair)
+    settings = parse_form({**form_defaults(), "prompt": "w1 w2 w3", "k": 3, "confidence": 0.0,
+                           "temperature": temperature, "max_new_tokens": 16}, pair)
     pairs = [{name: Generation.from_prompt(pair, settings.prompt, replace(settings.decode, seed=seed), drafter).run()
-              for name, drafter in ((VERIFIER_ONLY, "none"), (SPECULATIVE, "model"))} for seed in (0, 1)]
-    view = compare_view(pairs, settings, finished=True, final=True)
-    runs = [p[SPECULATIVE].rounds for p in pairs]
+              for name, drafter in ((VERIFIER_ONLY, "none"), (SPECULATIVE, "model"))} for seed in seeds]
+    return compare_view(pairs, settings, finished=True, final=True), [p[SPECULATIVE].rounds for p in pairs], \
+        lambda: compare_view(pairs, settings, finished=False)
+
+
+def test_compare_draws_the_chart_over_every_speculative_run():
+    view, runs, running = _compared(1.0, (0, 1))
     assert len(view.kinds.data) == 1                                          # the one speculative side
     assert _shown(view.kinds) == [(c.kept, c.tested) for c in acceptance_by_kind(*runs)]
     assert sum(t for _, t in _shown(view.kinds)) == sum(r.tested for run in runs for r in run) > 0
     assert "kept / tested" in view.kinds_text
-    assert compare_view(pairs, settings, finished=False).kinds == "unchanged"  # while it runs
+    assert running().kinds == "unchanged"                                   # while it runs
 
 
 def test_compare_at_temperature_zero_counts_identical_runs_once():
-    from dataclasses import replace
-    from specdec_ui.charts import SPECULATIVE, VERIFIER_ONLY
-    from specdec_ui.state import form_defaults, parse_form
-    from specdec_ui.views import compare_view
-    target = tiny.model(1, scale=4)
-    pair = tiny.pair(target, tiny.noisy_copy(target, 2, 0.3))
-    settings = parse_form({**form_defaults(), "prompt": "w1 w2 w3", "k": 3, "confidence": 0.0, "temperature": 0.0,
-                           "max_new_tokens": 16}, pair)
-    pairs = [{name: Generation.from_prompt(pair, settings.prompt, replace(settings.decode, seed=seed), drafter).run()
-              for name, drafter in ((VERIFIER_ONLY, "none"), (SPECULATIVE, "model"))} for seed in (0, 1, 2)]
-    view = compare_view(pairs, settings, finished=True, final=True)
-    one = pairs[0][SPECULATIVE].rounds
-    assert _shown(view.kinds) == [(c.kept, c.tested) for c in acceptance_by_kind(one)]  # greedy: three copies, once
+    view, runs, _ = _compared(0.0, (0, 1, 2))
+    assert _shown(view.kinds) == [(c.kept, c.tested) for c in acceptance_by_kind(runs[0])]  # greedy: three copies, once
     assert "Over 1 distinct run(s): 2 run(s)" in view.kinds_text
