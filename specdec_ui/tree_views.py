@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
+from specdec.figure import visible
 from specdec.render import DASH
 from specdec.render_tree import TREE_HEADERS, tree_layout, tree_test_rows
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
@@ -28,9 +29,8 @@ NAMES = {ROOT: "root: the last context token", DRAFTED: "drafted (not tested yet
 
 
 def _token(text: str) -> str:
-    """A token in a box: whitespace made visible, short."""
-    shown = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→") or "∅"
-    return shown if len(shown) <= 10 else shown[:9] + "…"
+    """A token in a box: whitespace made visible as the round's figure shows it, short."""
+    return visible(text, 10)
 
 
 def _why_untested(r: RoundTrace, j: int) -> str:
