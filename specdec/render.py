@@ -135,24 +135,49 @@ def draft_stop_text(r: RoundTrace, k: int, confidence: float, quote=repr) -> str
     return f"Drafted K = {k} tokens{tail}."
 
 
-def verify_cost_text(rows: int, verify_s: float, step_fit: tuple[float, float] | None, name: str = "v(K)") -> str:
-    """What the round's one verifier forward over ``rows`` positions cost, measured (``verify_s``), against a
-    one-token step from this machine's fitted line t(L) = t_f + t_r·L (``step_fit`` = (t_f, t_r) in ms; None
-    while it is not known). v(K) is that forward in steps, as the Compare tab's cost fit defines it."""
+# A forward measured this many times slower than this machine's timed forwards predict is called busy.
+BUSY = 1.5
+
+
+def verify_cost_text(rows: int, verify_s: float, step_fit: tuple[float, float] | None) -> str:
+    """The premise of the method, measured on this round: one verifier forward over ``rows`` positions
+    (``verify_s``) against ``rows`` plain one-token steps, per position, from this machine's fitted line
+    t(L) = t_f + t_r·L (``step_fit`` = (t_f, t_r) in ms; None while it is being timed). When the forward
+    took much longer than the line predicts, or longer than the separate steps would, it says why in plain
+    words. The fit's letters and v(K) are in :func:`cost_details`."""
     ms = 1e3 * verify_s
-    head = f"Reading {rows} positions at once took {ms:.0f} ms here"
+    head = f"One verifier forward checked all {rows} positions in {ms:.0f} ms"
     if step_fit is None:
-        return (f"{head} (one measurement). No fitted time of a one-token step is at hand yet to say how many steps "
-                "that is worth (this machine's is timed once, in the background after the models load).")
+        return (f"{head} (one measurement). This machine's one-token step is being timed in the background, once "
+                "after the models load: step on to see this forward set against it.")
     t_f, t_r = step_fit
-    step = t_f + t_r
-    v = ms / step
-    verdict = ("about one step: the extra rows are nearly free here" if v < 1.1 else
-               f"cheaper than {rows} single steps, not free" if v < rows else
-               f"no cheaper than {rows} single steps in this one measurement (the first round after loading warms "
-               "the kernels, and a busy machine slows any round: step on and compare)")
-    return (f"{head}, against about {step:.0f} ms for a one-token step on this machine (fitted t_f + t_r·L = {t_f:.0f} + "
-            f"{t_r:.1f} ms/row), so {name} = {v:.2f} steps: {verdict}.")
+    step, predicted = t_f + t_r, t_f + t_r * rows
+    out = (f"{head}; {rows} plain one-token steps would take about {rows} × {step:.0f} = {rows * step:.0f} ms here. "
+           f"That is **{ms / rows:.0f} ms per position instead of {step:.0f} ms**: a one-token step spends most of its "
+           "time reading the model's weights from memory, and the extra positions share that read, adding only "
+           f"their arithmetic (about {t_r:.1f} ms each on this machine).")
+    if ms > BUSY * predicted or ms >= rows * step:
+        cheaper = ("This time it was no cheaper than the separate steps: " if ms >= rows * step else
+                   "This time it was slow: ")
+        out += (f" {cheaper}this machine's timed forwards predict about {predicted:.0f} ms for {rows} positions, "
+                f"and this one took {ms / predicted:.1f}x that. Something else used the cores at that moment (this "
+                "page being drawn in your browser counts); step on and compare the next rounds.")
+    return out
+
+
+def cost_details(k: int, verify_s: float, step_fit: tuple[float, float] | None) -> str:
+    """The letters behind :func:`verify_cost_text`, for a "cost details" toggle: the fitted line and this
+    forward in one-token steps, v(K) = t(K + 1) / t(1), as the Compare tab's speed-up formula uses it.
+    "" while no fit is at hand."""
+    if step_fit is None:
+        return ""
+    t_f, t_r = step_fit
+    ms, step = 1e3 * verify_s, t_f + t_r
+    return (f"The fit: t(L) = t_f + t_r·L = {t_f:.0f} + {t_r:.1f}·L ms for a verifier forward over L positions, timed on "
+            f"this machine once after the models loaded (docs/notation.md). So a one-token step is t(1) = {step:.0f} ms, "
+            f"the line predicts t({k + 1}) = {t_f + t_r * (k + 1):.0f} ms for this forward, and it took {ms:.0f} ms: "
+            f"v(K) = this forward / t(1) = {ms / step:.2f} steps for K = {plural(k, 'drafted token', 'drafted tokens')}, "
+            "the v(K) of the Compare tab's speed-up S(K): the forward pays when v(K) is well under K + 1.")
 
 
 def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = False,

@@ -96,7 +96,7 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
         return (f"**Verify.** One verifier forward read all {n + 1} tree rows at once, the root and the "
                 f"{plural(n, 'node', 'nodes')}, under the tree attention mask below: each row sees the context and its "
                 "own ancestors, never another branch, so each node's p is what a chain along its path would give. "
-                f"Nothing is decided yet. {verify_cost_text(n + 1, r.times.verify, step_fit, 'the tree forward')}")
+                f"Nothing is decided yet. {verify_cost_text(n + 1, r.times.verify, step_fit)}")
     end = _walk_end(r)
     tried = sum(nodes[j].parent == end for j in range(1, len(nodes)))
     path = f"It kept {plural(len(t.kept), 'node', 'nodes')} ({_texts(r, t.kept, quote)})" if t.kept else "It kept no node"

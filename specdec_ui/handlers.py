@@ -70,9 +70,10 @@ def _same_run(a: RunSettings, b: RunSettings) -> bool:
     return (a.prompt, a.drafter, read(a)) == (b.prompt, b.drafter, read(b))
 
 
-def _step_source(loader: Loader, session: Session, form: dict):
+def _step_source(loader: Loader, session: Session, form: dict, all_k: bool = False):
     """The settings and, when they are new, a fresh source of rounds: the uploaded trace while
-    the form still holds its settings (no models needed), else a generation on the models."""
+    the form still holds its settings (no models needed), else a generation on the models.
+    ``all_k``: the live generation drafts all K tokens every round (draft confidence 0)."""
     if session.replay is not None:
         try:
             settings = parse_form(form)
@@ -86,15 +87,25 @@ def _step_source(loader: Loader, session: Session, form: dict):
     settings = _settings(loader, form)
     if isinstance(settings, Problem):
         return settings, None
+    if all_k:
+        settings = replace(settings, decode=replace(settings.decode, confidence=0.0))
     if session.gen is None or isinstance(session.gen, Replay) or settings != session.settings:
         return settings, Generation.from_prompt(loader.pair, settings.prompt, settings.decode, settings.drafter)
     return settings, None
 
 
-def step(loader: Loader, action: str, session: Session, form: dict) -> Iterator[StepView | Problem]:
-    """action: draft | verify | accept | commit | step | reset (see :class:`~.state.Walkthrough`)."""
+def step(loader: Loader, action: str, session: Session, form: dict, all_k: bool = False
+         ) -> Iterator[StepView | Problem]:
+    """action: draft | verify | accept | commit | step | reset (see :class:`~.state.Walkthrough`).
+    ``all_k``: draft all K tokens every round, whatever the form's draft confidence (the page's
+    default in this tab, :data:`ALL_K_WHY`), so that each round shows the rule on several drafts."""
+    with session.stepping:
+        yield from _step(loader, action, session, form, all_k)
+
+
+def _step(loader: Loader, action: str, session: Session, form: dict, all_k: bool) -> Iterator[StepView | Problem]:
     try:
-        settings, fresh = _step_source(loader, session, form)
+        settings, fresh = _step_source(loader, session, form, all_k)
     except ConfigError as e:
         yield _problem(e, form)
         return
@@ -128,6 +139,14 @@ def step(loader: Loader, action: str, session: Session, form: dict) -> Iterator[
     session.walk, said = walk.press(action, new_round, session.gen.stop_reason)
     source = "" if live else f"Replaying the uploaded trace (no models run), {len(session.gen.trace.rounds)} rounds. "
     yield view(session.walk, notice=source + notice + said)
+
+
+ALL_K_LABEL = "Draft all K tokens every round (this tab only)"
+ALL_K_WHY = ("Here each round drafts all K tokens, so that you see the rule test several drafts. Run and Compare "
+             "stop a draft early once the draft model is less sure than **Draft confidence** in the sidebar, since every "
+             "drafted token costs a draft forward and a verifier row: on prose, where the draft is often wrong, that "
+             "took the embedded pair from 0.55x the verifier alone (all 6 drafted) to 0.99x, and on code it cost "
+             "nothing measurable (docs/results.md).")
 
 
 def _requested(settings: RunSettings) -> bool:

@@ -15,14 +15,16 @@ import gradio as gr
 
 from . import charts, figure_views
 from . import handlers as h
-from . import rule_tab
+from . import rule_tab, start
 from .charts import COLORS
 from .state import FIELD_LABELS, FIELDS, FORM, HINTS, Loader, Session, form_defaults
 from .views import (REAL_TREE, REAL_TREE_BUTTON, UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView,
                     StepView, legend_html, plain_html)
 
 EXAMPLES = [
-    ["Write a Python function that returns the n-th Fibonacci number iteratively.", "model"],
+    # the default: on the embedded pair its first round drafts six tokens, keeps five and replaces the sixth
+    ["Write a Python function that returns the n-th Fibonacci number iteratively. Reply with the code only.",
+     "model"],
     ["Write a Python function that checks whether a number is prime.", "model"],
     ["Write a SQL query that returns the ten customers with the highest total order value.", "model"],
     ["Rename the variable `x` to `total` in this function and return the full code:\n\n"
@@ -167,6 +169,14 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
   .spec-tests tr.row-bonus {{ border-left-color: #2563eb; }}
 }}
 .spec-note {{ font-size: 12px; color: #374151; margin: 4px 0 0 0; }}
+/* Start here: a compact numbered path, a button and its sentence per line; stacked on a phone */
+.spec-start-step {{ align-items: center; flex-wrap: nowrap !important; gap: 8px !important; margin: 0 !important; }}
+.spec-start-b {{ justify-content: flex-start !important; font-weight: 700 !important; }}
+.spec-start-look p {{ margin: 0; font-size: 14px; }}
+@media (max-width: 600px) {{ .row:is(.spec-start-step, .spec-all-k) {{ flex-direction: column; align-items: stretch; }}
+  .row.spec-start-step {{ gap: 2px !important; margin-bottom: 6px !important; }} }}
+.spec-details summary {{ cursor: pointer; font-weight: 700; color: #1d4ed8; }}
+.spec-all-k {{ align-items: center; }}
 .live-charts {{ display: flex; flex-wrap: wrap; gap: 16px; }}
 .live-chart {{ margin: 0; flex: 1 1 300px; min-width: 0; }}
 .live-chart figcaption {{ font-size: 13px; font-weight: 600; color: #111827; margin-bottom: 4px; }}
@@ -219,24 +229,27 @@ SHOW_FIELD_ERROR = ("() => setTimeout(() => document.querySelector('.field-error
 def build_demo(loader: Loader) -> gr.Blocks:
     charts.warm_up()
     with gr.Blocks(title="Speculative decoding") as demo:
-        gr.HTML('<a class="skip-link" href="#step-controls">Skip to the step-through buttons</a>')
+        gr.HTML('<a class="skip-link" href="#start-here">Skip to Start here</a>')
+        gr.Markdown(INTRO)
         session = gr.State(lambda: Session())  # a callable: a fresh Session per browser session
         with gr.Sidebar(open=True, label="Settings") as sidebar:
             form = _settings()
+        path = start.build(EXAMPLES[0][0])
         header = _header(loader)
         needs_models = []
-        with gr.Tabs():
-            needs_models += _step_tab(loader, session, form, sidebar)
+        with gr.Tabs(selected=start.RULE) as tabs:  # in the order of the lesson
+            rule_tab.build(session, start.RULE)
+            step_buttons, all_k = _step_tab(loader, session, form, sidebar)
+            needs_models += step_buttons
             needs_models += _run_tab(loader, session, form, sidebar)
             needs_models += _compare_tab(loader, session, form, sidebar)
-            rule_tab.build(session)
+        start.wire(demo, *path, tabs, form, all_k)
         _poll_loading(demo, loader, header, needs_models)
         demo.load(None, None, None, js=CLOSE_SIDEBAR_WHEN_NARROW)
     return demo
 
 
 def _header(loader: Loader) -> tuple:
-    gr.Markdown(INTRO)
     progress = gr.HTML(_progress_html(loader))
     with gr.Row(equal_height=True, elem_classes=["spec-about"]):
         with gr.Accordion("Models, precision and parameter counts", open=False):
@@ -289,8 +302,8 @@ def _hint(name: str):
     return gr.update(info=HINTS.get(name), elem_classes=[])
 
 
-def _step_tab(loader, session, form, sidebar) -> list:
-    with gr.Tab("Step through"):
+def _step_tab(loader, session, form, sidebar) -> tuple[list, gr.Checkbox]:
+    with gr.Tab("Step through", id=start.STEP):
         with gr.Column(elem_classes=["spec-controls"], elem_id="step-controls"):
             with gr.Row():
                 buttons = {a: gr.Button(label, min_width=80, size="md", scale=scale, elem_classes=["step-b"])
@@ -302,6 +315,9 @@ def _step_tab(loader, session, form, sidebar) -> list:
             view = {"status": gr.Markdown("Press **Draft** to propose K tokens, then **Verify**, **Accept/reject** "
                                           "and **Commit and roll back**; or **Step round** for a whole round.")}
             alert = gr.Markdown(elem_classes=["spec-alert"])
+        with gr.Row(elem_classes=["spec-all-k"]):
+            all_k = gr.Checkbox(True, label=h.ALL_K_LABEL, scale=0, min_width=200)
+            gr.Markdown(h.ALL_K_WHY, elem_classes=["spec-note"])
         view["banner"] = gr.Markdown()
         with gr.Column(visible=False) as view["real_tree"]:  # when the tree drafter ran the chain
             with gr.Row():
@@ -337,16 +353,21 @@ def _step_tab(loader, session, form, sidebar) -> list:
         return gr.update(choices=choices, value=default), SAMPLE_INTRO, gr.update(value=None, visible=False)
     refill = dict(fn=fill_picker, inputs=session, outputs=[picker, sample["summary"], sample["histogram"]],
                   show_progress="hidden")
+    def stepping(action: str):
+        def listener(session_, all_k_, *values):
+            for i, result in enumerate(h.step(loader, action, session_, dict(zip(FORM, values)), all_k_)):
+                yield show(result, first=i == 0)
+        return listener
     for action, button in buttons.items():
-        button.click(_streaming(show, partial(h.step, loader, action)), [session, *form.values()], outputs).then(
+        button.click(stepping(action), [session, all_k, *form.values()], outputs).then(
             None, None, None, js=SHOW_FIELD_ERROR).then(**refill).then(**figure)
     # the real tree's shape into the sidebar, then its first round drafted (the change restarts the step-through)
     real_tree_b.click(lambda: REAL_TREE, None, [form["tree_width"], form["tree_nodes"], form["confidence"]],
-                      queue=False).then(_streaming(show, partial(h.step, loader, "draft")), [session, *form.values()],
+                      queue=False).then(stepping("draft"), [session, all_k, *form.values()],
                                         outputs).then(**refill).then(**figure)
     sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
     sample_b.click(lambda s, at: sample_show(h.sample(s, at)), [session, picker], sample_outputs)
-    return [*buttons.values(), real_tree_b]
+    return [*buttons.values(), real_tree_b], all_k
 
 
 SAMPLE_INTRO = ("After **Accept/reject**, this runs the rule (no model) 10,000 times on the position that decided the "
@@ -367,7 +388,7 @@ def _text_views(prefix: str) -> tuple:
 
 
 def _run_tab(loader, session, form, sidebar) -> list:
-    with gr.Tab("Run"):
+    with gr.Tab("Run", id=start.RUN):
         with gr.Row():
             run_b = gr.Button("Run", variant="primary", min_width=90)
             stop_b = gr.Button("Stop run", variant="stop", min_width=90)
@@ -397,7 +418,7 @@ def _run_tab(loader, session, form, sidebar) -> list:
 
 
 def _compare_tab(loader, session, form, sidebar) -> list:
-    with gr.Tab("Compare"):
+    with gr.Tab("Compare", id=start.COMPARE):
         with gr.Row():  # at 400 px the buttons share a line under the field, each wide enough for its label
             runs = gr.Number(1, label=FIELD_LABELS["runs"], info=HINTS["runs"], min_width=200)
             compare_b = gr.Button("Run both", variant="primary", min_width=130)

@@ -265,11 +265,11 @@ def _slider_updates(w: Weights) -> list:
     return rows + ps + qs
 
 
-def build(session) -> None:
+def build(session, tab_id: str) -> None:
     """The Rule tab, inside ``gr.Tabs``; ``session`` is the page's Session state (the round on show)."""
     labels0, p0, q0 = EXAMPLE
     first = live(labels0, p0, q0, 4)
-    with gr.Tab("Rule") as tab:
+    with gr.Tab("Rule", id=tab_id) as tab:
         gr.Markdown(INTRO)
         labels = gr.State(labels0)
         with gr.Row():

@@ -262,6 +262,24 @@ class Walkthrough:
         return Walkthrough(self.rounds + ((new_round,) if target == "commit" else ()), new_round, target), ""
 
 
+class OnePress:
+    """A session's lock around a step-through press. Gradio deep-copies a session's first state: the copy
+    gets a lock of its own."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> OnePress:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def __deepcopy__(self, memo) -> OnePress:
+        return OnePress()
+
+
 @dataclass
 class Session:
     """One browser session: the step-through's source of rounds (a generation, or a replayed
@@ -274,6 +292,9 @@ class Session:
     running: list = field(default_factory=list)  # the generations a run or comparison is driving
     stop: bool = False                # asked to stop them
     sampled: RoundTrace | None = None  # the round the losslessness sampler last ran on
+    # one step-through press at a time: a second press (Verify while Draft still waits for the models) runs
+    # after the first, never beside it, so that two presses cannot pull two rounds of one generation
+    stepping: OnePress = field(default_factory=lambda: OnePress(), repr=False, compare=False)
 
     def restart(self, settings: RunSettings, gen: Generation | Replay) -> None:
         self.settings, self.gen, self.walk = settings, gen, Walkthrough()

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, draft_depth, draft_stop_text, explain,
-                            output_text, position_rows, round_stats, segment_detail, segments)
+from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, cost_details, draft_depth, draft_stop_text,
+                            explain, output_text, position_rows, round_stats, segment_detail, segments)
 from specdec.render_tree import tree_cache_text, tree_explain
 from specdec.theory import decode_tokens_per_s
 from specdec import tokenkind
@@ -212,6 +212,13 @@ def shape_text(width: int, nodes: int, why: str) -> str:
             "mask, no sibling tests.")
 
 
+def _cost_details(r: RoundTrace, phase: str, step_fit: tuple[float, float] | None) -> str:
+    """The Verify text's letters (the fit, v(K)) behind a toggle, for the learner who wants them."""
+    details = cost_details(r.drafted, r.times.verify, step_fit) if phase == "verify" and r.drafted else ""
+    return (f'\n\n<details class="spec-details"><summary>Cost details: the fit and v(K)</summary>\n\n{details}\n\n'
+            "</details>") if details else ""
+
+
 def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, float] | None = None,
               shape: tuple[int, int, str] | None = None) -> StepView:
     """The round on show, revealed up to its phase, and the text committed so far. ``step_fit``: this
@@ -240,14 +247,15 @@ def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, f
     status = f"{notice}Round {r.index + 1}: {where}.{nxt}"
     if r.tree is not None:  # the tree, its tests and its mask stand in for the chain's table and charts
         asked = (settings.decode.tree_width, settings.decode.tree_nodes)
-        paragraph = tree_explain(r, phase, greedy, settings.decode.k, settings.decode.confidence, step_fit)
+        paragraph = (tree_explain(r, phase, greedy, settings.decode.k, settings.decode.confidence, step_fit)
+                     + _cost_details(r, phase, step_fit))
         return StepView(status=status, banner=banner, real_tree=real_tree, explain=paragraph, table="", dist=None,
                         ratio=None,
                         tree=tree_views.tree_html(r, phase, greedy, asked),
                         tests=tree_views.tests_html(r, greedy) if decided else "",
                         mask=tree_views.mask_html(r, phase) if phase != "draft" else "",
                         cache=tree_cache_text(r, phase), text=text, plain=plain)
-    paragraph = explain(r, phase, drafter, greedy, step_fit)
+    paragraph = explain(r, phase, drafter, greedy, step_fit) + _cost_details(r, phase, step_fit)
     if phase == "draft" and r.positions:
         paragraph += " " + draft_stop_text(r, settings.decode.k, settings.decode.confidence)
     return StepView(

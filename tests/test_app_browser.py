@@ -88,6 +88,7 @@ def open_app(browser, url, viewport=LAPTOP):
     pg = context.new_page()
     pg.set_default_timeout(ROUND_S)
     pg.goto(url)
+    pg.get_by_role("tab", name="Step through").click()  # the page opens on the lesson's first tab, Rule
     expect(pg.get_by_role("button", name="Step round")).to_be_enabled()
     pg.wait_for_timeout(500)  # the narrow-screen sidebar closes itself 300 ms after load
     return pg
@@ -201,18 +202,29 @@ def test_a_fresh_page_is_truthful_and_results_sit_by_the_controls(page, artifact
     expect(page.get_by_text("No tokens yet.").first).to_be_visible()  # nothing stale is left
 
 
-def test_the_keyboard_reaches_the_step_buttons_at_once(page):
+def test_the_keyboard_reaches_the_step_buttons_by_the_start_here_path(browser, url):
+    page = browser.new_context(viewport=LAPTOP).new_page()
+    page.goto(url)
+    expect(page.get_by_role("button", name="Step round")).to_be_enabled()
     page.keyboard.press("Tab")
-    skip = page.get_by_role("link", name="Skip to the step-through buttons")
+    skip = page.get_by_role("link", name="Skip to Start here")
     expect(skip).to_be_focused()
     page.keyboard.press("Enter")
-    for _ in range(3):
-        page.keyboard.press("Tab")
-        if page.evaluate("document.activeElement.innerText") == "Draft":
-            break
-    assert page.evaluate("document.activeElement.innerText") == "Draft"
+
+    def tab_to(words: str, most: int) -> None:
+        for _ in range(most):
+            page.keyboard.press("Tab")
+            if page.evaluate("document.activeElement.innerText").strip() == words:
+                return
+        raise AssertionError(f"{words!r} not reached in {most} presses of Tab")
+    tab_to("2 · One real round", 6)
+    page.keyboard.press("Enter")                                   # opens Step through
+    tab_to("Draft", 12)
     outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert outline == "solid"                                     # a visible focus ring on the buttons
+    page.keyboard.press("Enter")
+    expect(page.get_by_text(re.compile(r"^Round 1: drafted\."))).to_be_visible()
+    page.context.close()
 
 
 def test_stepping_phase_by_phase_at_temperature_above_zero(page, artifacts):

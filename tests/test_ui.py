@@ -367,22 +367,88 @@ def test_sample_takes_a_picked_position_and_answers_a_bad_pick_with_a_problem(cl
     assert isinstance(h.sample(Session(), 1), Problem)                        # nothing decided yet
 
 
-def test_the_verify_text_says_what_the_forward_cost_here_with_the_numbers_given(loader):
-    from specdec.render import explain
+def test_the_verify_text_teaches_the_premise_with_this_machines_numbers(loader):
+    from specdec.render import cost_details, explain
     s = Session()
     step(loader, "verify", s, form(k=4))
     r = replace(s.walk.shown, times=replace(s.walk.shown.times, verify=0.052))
     text = explain(r, "verify", step_fit=(31.0, 4.1))
-    assert "Reading 5 positions at once took 52 ms here, against about 35 ms for a one-token step on this machine " \
-           "(fitted t_f + t_r·L = 31 + 4.1 ms/row), so v(K) = 1.48 steps: cheaper than 5 single steps, not free." in text
-    assert "ordinary step" not in text and "ordinary step" not in explain(r, "verify")
-    assert "took 52 ms here (one measurement)" in explain(r, "verify") and "v(K)" not in explain(r, "verify")
+    # one forward over K + 1 = 5 positions against 5 plain steps of t(1) = 31 + 4.1 ms, per position
+    assert "One verifier forward checked all 5 positions in 52 ms; 5 plain one-token steps would take about 5 × 35 " \
+           "= 176 ms here. That is **10 ms per position instead of 35 ms**" in text
+    assert "about 4.1 ms each on this machine" in text
+    assert "v(K)" not in text and "t_f" not in text                            # the letters are behind the toggle
+    assert "busy" not in text and "slow" not in text                          # 52 ms is what the line predicts (51.5)
+    details = cost_details(4, 0.052, (31.0, 4.1))
+    assert "t(L) = t_f + t_r·L = 31 + 4.1·L ms" in details and "t(5) = 52 ms" in details
+    assert "v(K) = this forward / t(1) = 1.48 steps for K = 4 drafted tokens" in details
+    assert cost_details(4, 0.052, None) == ""
+    # a forward far slower than the line predicts, and one no cheaper than the separate steps, say why
+    slow = explain(replace(r, times=replace(r.times, verify=0.090)), "verify", step_fit=(31.0, 4.1))
+    assert "This time it was slow: this machine's timed forwards predict about 52 ms for 5 positions, and this one " \
+           "took 1.7x that. Something else used the cores" in slow
+    no_cheaper = explain(replace(r, times=replace(r.times, verify=0.200)), "verify", step_fit=(31.0, 4.1))
+    assert "This time it was no cheaper than the separate steps" in no_cheaper
+    assert "positions in 52 ms (one measurement)" in explain(r, "verify") and "being timed" in explain(r, "verify")
     loader.step_fit = (2.0, 0.5)                                                # the page passes this machine's fit in
     try:
         view = step(loader, "verify", Session(), form(k=4))
     finally:
         loader.step_fit = None
-    assert "fitted t_f + t_r·L = 2 + 0.5 ms/row" in view.explain
+    assert "5 plain one-token steps would take about 5 × 2 = 12 ms" in view.explain
+    assert "<details" in view.explain and "t(L) = t_f + t_r·L = 2 + 0.5·L ms" in view.explain
+
+
+def test_step_through_drafts_all_k_when_asked_whatever_the_draft_confidence(loader):
+    s = Session()
+    step(loader, "draft", s, form(k=4, confidence=0.99))
+    assert s.walk.shown.drafted < 4                                # a tiny random draft is never 99 % sure
+    s = Session()
+    view = list(h.step(loader, "draft", s, form(k=4, confidence=0.99), all_k=True))[-1]
+    assert s.walk.shown.drafted == 4 and s.settings.decode.confidence == 0.0
+    assert "Drafted K = 4 tokens." in view.explain                 # the draft text reads the confidence that ran
+    s.replay = None
+    again = list(h.step(loader, "draft", s, form(k=4, confidence=0.99), all_k=False))[-1]
+    assert "changed" in again.status                               # the override off is a new run, said so
+
+
+def test_a_second_press_while_the_first_waits_for_the_models_runs_after_it(loader):
+    import threading
+    s = Session()
+    views = {}
+
+    def press(action):
+        views[action] = list(h.step(loader, action, s, form(k=4), True))[-1]
+    with loader.pair.lock:                                         # another session's round holds the models
+        draft = threading.Thread(target=press, args=("draft",))
+        draft.start()
+        while s.gen is None:                                        # Draft has made its generation and waits
+            threading.Event().wait(0.01)
+        verify = threading.Thread(target=press, args=("verify",))  # pressed before Draft has shown its round
+        verify.start()
+        verify.join(0.2)
+        assert verify.is_alive()                                    # it waits for Draft, not for the models
+    draft.join()
+    verify.join()
+    assert s.walk.shown.index == 0 and s.walk.phase == "verify" and len(s.gen.rounds) == 1
+    assert views["verify"].status.startswith("Round 1: drafted and verified")
+    import copy
+    assert copy.deepcopy(Session()).stepping is not None          # gradio deep-copies a session's first state
+
+
+def test_the_start_here_steps_set_valid_settings_and_open_tabs_in_the_lessons_order():
+    from specdec_ui import start
+    from specdec_ui.layout import EXAMPLES
+    from specdec_ui.state import parse_form
+    path = start.steps(EXAMPLES[0][0])
+    assert [s.tab for s in path[:4]] == [start.RULE, start.STEP, start.RUN, start.COMPARE]
+    assert [s.button[0] for s in path] == ["1", "2", "3", "4", "5"]
+    for s in path:
+        if s.settings is not None:
+            settings = parse_form(s.settings)                      # the form it sets is one a run accepts
+            assert settings.prompt == EXAMPLES[0][0] and settings.drafter == "model"
+    assert path[1].settings == {**form_defaults(), "prompt": EXAMPLES[0][0]} and path[1].all_k
+    assert parse_form(path[4].settings).decode.sampling.temperature == 0.8
 
 
 def test_the_loader_times_this_machines_verifier_once_the_models_are_loaded(tree_loader, loader, monkeypatch):
