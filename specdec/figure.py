@@ -18,7 +18,7 @@ from html import escape
 from pathlib import Path
 
 from .render import COLUMNS, DASH, draft_depth, explain, position_rows
-from .render_tree import tree_explain, tree_layout, tree_test_rows
+from .render_tree import AGAINST, TREE_HEADERS, VERDICT, sibling_quotients, tree_explain, tree_layout, tree_test_rows
 from .trace import (ACCEPTED, AFTER_STOP, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNREACHED, UNTESTED,
                     RoundTrace)
 
@@ -168,7 +168,7 @@ def round_figure(r: RoundTrace, phase: str = "commit", *, settings=None, context
     if kind == "tree":
         story = tree_explain(r, phase, greedy, settings.decode.k if settings else max(n.depth for n in r.tree.nodes),
                              settings.decode.confidence if settings else 0.0, step_fit, quote=quoted).replace(
-            " (the table)", " (its r/q in the node's box)").replace(
+            " (the table)", " (its r/q′ in the node's box)").replace(
             "The walk starts at the root. ", "").replace(" A kept child is where the walk goes on.", "")
         drawing, boxes = _tree(r, phase, greedy, story)
     else:
@@ -334,6 +334,7 @@ def _tree(r: RoundTrace, phase: str, greedy: bool, story: str) -> tuple[list[str
     final = len(parents) > len(nodes)  # the token that ends the round is drawn too
     kinds = [ROOT] + [n.status if decided else DRAFTED for n in nodes[1:]] + ([r.next_kind] if final else [])
     labels, tests = [], _tree_tests(r, greedy) if decided else {}
+    after = _after_rejection(r, greedy) if decided else {}
     for j, kind in enumerate(kinds):
         if j == len(nodes):
             how = "the argmax" if greedy and r.next_kind == RESAMPLED else (
@@ -342,6 +343,8 @@ def _tree(r: RoundTrace, phase: str, greedy: bool, story: str) -> tuple[list[str
         else:
             n = nodes[j]
             nums = "last in context" if j == 0 else f"q {n.q:.2g}" + (f" · p {n.p:.2g}" if phase != "draft" else "")
+            if j in after:
+                nums = f"r {_num(after[j][0])} · q′ {_num(after[j][1])}"
             labels.append((f"{j} {visible(n.text, 12)}", nums, CUES[kind], tests.get(j, "")))
     box_w = [max(_width(a, 26, True), _width(b, 22), _width(c, 22, bold=True), _width(d, 22)) + 28
              for a, b, c, d in labels]
@@ -391,19 +394,22 @@ def _tree(r: RoundTrace, phase: str, greedy: bool, story: str) -> tuple[list[str
     return out + told, boxes
 
 
+def _after_rejection(r: RoundTrace, greedy: bool) -> dict[int, tuple[float, float]]:
+    """(r(x), q′(x)) of each child tested after a rejected sibling (temperature > 0): the residual that
+    rejection left and q renormalised without the rejected tokens, what its ratio divides; its box shows
+    them in place of its p and q, which do not give that ratio."""
+    if greedy:
+        return {}
+    nodes = r.tree.nodes
+    return {j: v for j, v in sibling_quotients(r).items() if v[1] != nodes[j].q}
+
+
 def _tree_tests(r: RoundTrace, greedy: bool) -> dict[int, str]:
     """Each tested node's test, as the chain's table gives it: the ratio it was kept by and its draw u
-    (none at temperature 0). A child tested after a rejected sibling is tested against the residual r
-    that rejection left, so its ratio is r/q, not p/q."""
-    nodes, out, after = r.tree.nodes, {}, set()
-    for j in sorted((j for j, n in enumerate(nodes) if n.status in (ACCEPTED, REJECTED)),
-                    key=lambda j: (nodes[j].depth, j)):
-        n = nodes[j]
-        name = "r/q" if n.parent in after and not greedy else "p/q"
-        out[j] = f"{name} {_num(n.ratio)}" + (f" · u {_num(n.u)}" if n.u is not None else "")
-        if n.status == REJECTED:
-            after.add(n.parent)
-    return out
+    (none at temperature 0): p/q of the box's numbers, or r/q′ after a rejected sibling."""
+    nodes, after = r.tree.nodes, _after_rejection(r, greedy)
+    return {j: f"{'r/q′' if j in after else 'p/q'} {_num(n.ratio)}" + (f" · u {_num(n.u)}" if n.u is not None else "")
+            for j, n in enumerate(nodes) if n.status in (ACCEPTED, REJECTED)}
 
 
 def _node_story(r: RoundTrace, j: int, phase: str, kind: str) -> str:
@@ -449,7 +455,7 @@ def _source(r: RoundTrace, greedy: bool) -> str:
     p = f"probability {r.next_token.prob:.3g}"
     if r.tree is not None:
         row = tree_test_rows(r, greedy, quoted)[-1][1]   # the row of the token that ended the round
-        how = row[8].replace("drawn from it", f"drawn from {row[5]}")
+        how = row[TREE_HEADERS.index(VERDICT)].replace("drawn from it", f"drawn from {row[TREE_HEADERS.index(AGAINST)]}")
         return f"{how[0].upper()}{how[1:]}" + (f", after node {row[1]}." if r.next_kind == RESAMPLED else ".")
     if r.next_kind == BONUS:
         where = f"row K + 1 = {r.drafted + 1} of the same verifier forward: every draft was kept"

@@ -8,8 +8,11 @@ from .render import DASH, draft_depth, plural, verify_cost_text
 from .trace import ACCEPTED, BONUS, PLAIN, REJECTED, RoundTrace
 from .tree import children
 
-TREE_HEADERS = ["test", "parent", "child", "q(x)", "p(x)", "tested against", "ratio", "u", "verdict",
-                "r after it (top 3)"]
+AGAINST, R_X, Q_RENORM, RATIO, U = "tested against", "r(x)", "q′(x)", "ratio r(x)/q′(x)", "u"
+VERDICT, R_AFTER = "verdict", "r after it (top 3)"
+TREE_HEADERS = ["test", "parent", "child", "q(x)", "p(x)", AGAINST, R_X, Q_RENORM, RATIO, U, VERDICT, R_AFTER]
+# at temperature 0 the walk compares the child with p's argmax: no ratio is formed, no u drawn, no residual left
+GREEDY_OMITS = (R_X, Q_RENORM, RATIO, U, R_AFTER)
 
 
 def _walk_end(r: RoundTrace) -> int:
@@ -21,13 +24,41 @@ def _tops(top) -> str:
     return " · ".join(f"{t.text!r} {t.prob:.2f}" for t in top[:3]) or DASH
 
 
-def tree_test_rows(r: RoundTrace, greedy: bool, quote=repr) -> list[tuple[str, list]]:
-    """The rule's tests of a tree round in the order it ran them (depth by depth down the accepted
-    path, each node's children in index order until one is kept), then the token that ended the
-    round: (row status, cells under TREE_HEADERS). ``quote``: how a token's text is written (``repr``)."""
+def _tested(r: RoundTrace) -> list[int]:
+    """The tested nodes in the order the rule tested them: depth by depth down the accepted path,
+    each node's children in index order until one is kept."""
     nodes = r.tree.nodes
-    tested = sorted((j for j, n in enumerate(nodes) if n.status in (ACCEPTED, REJECTED)),
-                    key=lambda j: (nodes[j].depth, j))
+    return sorted((j for j, n in enumerate(nodes) if n.status in (ACCEPTED, REJECTED)), key=lambda j: (nodes[j].depth, j))
+
+
+def sibling_quotients(r: RoundTrace) -> dict[int, tuple[float, float]]:
+    """What the rule divided at each tested node at temperature > 0, (r(x), q′(x)), so that ratio =
+    r(x)/q′(x) (:func:`specdec.rule.verify_tree`). q′ is q at the parent with the tokens of the siblings
+    rejected before the node removed and renormalised: q′(x) = q(x) / (1 − their q). r is p for a first
+    child; after a rejection, the residual it left, whose value at x the trace holds as ratio · q′(x)."""
+    nodes, out, gone = r.tree.nodes, {}, {}
+    for j in _tested(r):
+        n = nodes[j]
+        removed = gone.get(n.parent, 0.0)
+        q_renorm = n.q / (1.0 - removed) if removed else n.q
+        out[j] = (n.ratio * q_renorm if removed else n.p, q_renorm)
+        if n.status == REJECTED:
+            gone[n.parent] = removed + n.q
+    return out
+
+
+def _sig(v: float) -> float:
+    """Four significant digits: a small q′ keeps the digits its quotient needs to be checked by hand."""
+    return float(f"{v:.4g}")
+
+
+def tree_test_rows(r: RoundTrace, greedy: bool, quote=repr) -> list[tuple[str, list]]:
+    """The rule's tests of a tree round in the order it ran them (:func:`_tested`), then the token
+    that ended the round: (row status, cells under TREE_HEADERS). ``quote``: how a token's text is
+    written (``repr``)."""
+    nodes = r.tree.nodes
+    tested = _tested(r)
+    divided = {} if greedy else sibling_quotients(r)
     name = lambda j: f"{j}: {quote(nodes[j].text)}"  # noqa: E731
     rows, against, parent = [], "", None
     for i, j in enumerate(tested, 1):
@@ -37,7 +68,8 @@ def tree_test_rows(r: RoundTrace, greedy: bool, quote=repr) -> list[tuple[str, l
         kept = n.status == ACCEPTED
         verdict = (("kept: the argmax" if kept else "rejected: not the argmax") if greedy else
                    "kept (u ≤ ratio)" if kept else "rejected (u > ratio)")
-        rows.append((n.status, [i, name(n.parent), name(j), round(n.q, 4), round(n.p, 4), against,
+        r_x, q_renorm = (_sig(v) for v in divided[j]) if j in divided else (DASH, DASH)
+        rows.append((n.status, [i, name(n.parent), name(j), round(n.q, 4), round(n.p, 4), against, r_x, q_renorm,
                                 round(n.ratio, 3), DASH if n.u is None else round(n.u, 3), verdict,
                                 _tops(n.residual_top) if not kept else DASH]))
         if not kept and not greedy:
@@ -52,8 +84,8 @@ def tree_test_rows(r: RoundTrace, greedy: bool, quote=repr) -> list[tuple[str, l
             source, how = "the argmax of p", "resampled: no child was the argmax, so the argmax itself"
         else:
             source, how = against, "resampled: drawn from it"
-        rows.append((r.next_kind, ["then", name(end), quote(r.next_token.text), DASH, DASH, source, DASH, DASH,
-                                   f"{how} (probability {r.next_token.prob:.3g})", _tops(r.next_top)]))
+        rows.append((r.next_kind, ["then", name(end), quote(r.next_token.text), DASH, DASH, source, DASH, DASH, DASH,
+                                   DASH, f"{how} (probability {r.next_token.prob:.3g})", _tops(r.next_top)]))
     return rows
 
 
@@ -109,9 +141,9 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
                     "part, so the output is the verifier's greedy sequence. ")
         else:
             head = ("**Accept/reject.** The walk starts at the root. A node's children are tested in order: child x "
-                    "is kept iff u ≤ r(x)/q(x), r being p at first; after a rejection r becomes the residual "
-                    "norm(max(0, r − q)) and q loses the rejected token, so the next sibling is tested against what "
-                    "is left (the table). A kept child is where the walk goes on. ")
+                    "is kept iff u ≤ r(x)/q′(x), r being p and q′ being q at first; after a rejection r becomes the "
+                    "residual norm(max(0, r − q′)) and q′ loses the rejected token (renormalised), so the next sibling "
+                    "is tested against what is left (the table). A kept child is where the walk goes on. ")
         if r.next_kind is None:
             tail = f"{path}, down to the stop token {quote(nodes[end].text)}: the output ends there."
         elif r.next_kind == BONUS:

@@ -162,7 +162,7 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
   .spec-tests tr :is(th, td) {{ border: none !important; padding: 1px 0 !important; line-height: 1.35; }}
   .spec-tests tr th {{ grid-column: 1 / -1; }}
   .spec-tests td::before {{ content: attr(data-label) ": "; color: #4b5563; }}
-  .spec-tests td:is(:nth-child(6), :nth-child(9), :nth-child(10)) {{ grid-column: 1 / -1; }}
+  .spec-tests td.wide {{ grid-column: 1 / -1; }}
   .spec-tests tr.row-accepted {{ border-left-color: #16a34a; }}
   .spec-tests tr.row-rejected {{ border-left-color: #dc2626; }}
   .spec-tests tr.row-resampled {{ border-left-color: #d97706; }}

@@ -11,7 +11,8 @@ from html import escape
 
 from specdec.figure import visible
 from specdec.render import DASH
-from specdec.render_tree import TREE_HEADERS, tree_layout, tree_test_rows
+from specdec.render_tree import (AGAINST, GREEDY_OMITS, R_AFTER, TREE_HEADERS, VERDICT, tree_layout,
+                                 tree_test_rows)
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
 from specdec.tree import mask_grid
 
@@ -68,30 +69,38 @@ def tests_html(r: RoundTrace, greedy: bool) -> str:
     """The rule's tests in the order it ran them, as an accessible table, and what its words mean.
     Each cell carries its column's name, which a narrow screen shows beside the value when it lays
     each test out as a card (ten columns do not fit 400 px)."""
-    # at temperature 0 no u is drawn and no residual formed: those columns are left out, not dashed
-    keep = [i for i, h in enumerate(TREE_HEADERS) if not (greedy and h in ("u", "r after it (top 3)"))]
+    # at temperature 0 no ratio is formed, no u drawn and no residual left: those columns are left out, not dashed
+    keep = [i for i, h in enumerate(TREE_HEADERS) if not (greedy and h in GREEDY_OMITS)]
     headers = [TREE_HEADERS[i] for i in keep]
     head = "".join(f'<th scope="col">{escape(h)}</th>' for h in headers)
     body = []
     for status, row in tree_test_rows(r, greedy):
         row = [row[i] for i in keep]
-        cells = "".join(f'<td class="{"dash" if c == DASH else ""}" data-label="{escape(h, quote=True)}">'
+        cells = "".join(f'<td class="{_cell_class(h, c)}" data-label="{escape(h, quote=True)}">'
                         f'{escape(str(c))}</td>' for h, c in zip(headers[1:], row[1:]))
         body.append(f'<tr class="row-{status}"><th scope="row">{row[0]}</th>{cells}</tr>')
     if greedy:
-        note = ("At temperature 0 the test is whether the child is the verifier's argmax after its parent (ratio = "
-                "p(x), 1 or 0); no u is drawn and no residual is formed. Children are tested in order, top to bottom "
+        note = ("At temperature 0 the test is whether the child is the verifier's argmax after its parent: no ratio "
+                "is formed, no u is drawn and no residual is left. Children are tested in order, top to bottom "
                 "in the tree")
     else:
-        note = ("tested against r: p after the parent for the first child; after each rejection, the residual "
-                "norm(max(0, r − q)) it left, with q losing the rejected token (renormalised); ratio = r(x)/q(x), "
-                "so p/q for a first child; a child is kept iff u ≤ ratio; r after it: the top of the residual a "
-                "rejection left, what the next sibling (or the final draw) is tested against; on the last row, the top "
-                "of what the token was drawn from")
+        note = ("r(x): what the child is tested against at x: p(x) for a first child; after a rejection, the "
+                "residual norm(max(0, r − q′)) the rejection left. q′(x): q without the tokens of the siblings "
+                "rejected before it, renormalised, q′(x) = q(x) / (1 − their q(x)); q(x) for a first child. "
+                "ratio = r(x)/q′(x), so p/q for a first child; a child is kept iff u ≤ ratio; r after it: the top "
+                "of the residual a rejection left, what the next sibling (or the final draw) is tested against; on "
+                "the last row, the top of what the token was drawn from")
     return (f'<div class="spec-table spec-tests"><table aria-label="Sibling tests"><caption>The rule\'s tests, in '
             f'order, round {r.index + 1}</caption><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             f'<p class="spec-note">{escape(note)}. q(x), p(x): the draft\'s and the verifier\'s probability of the '
             f'child after its parent.</p></div>')
+
+
+WIDE = (AGAINST, VERDICT, R_AFTER)  # the columns of sentences: a card on a narrow screen gives them a line
+
+
+def _cell_class(header: str, cell) -> str:
+    return " ".join(c for c, on in (("dash", cell == DASH), ("wide", header in WIDE)) if on)
 
 
 def mask_html(r: RoundTrace, phase: str) -> str:

@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, cost_details, draft_depth, draft_stop_text,
-                            explain, output_text, position_rows, round_stats, segment_detail, segments)
+                            explain, output_text, plural, position_rows, round_stats, segment_detail, segments)
 from specdec.render_tree import tree_cache_text, tree_explain
 from specdec.theory import decode_tokens_per_s
 from specdec import tokenkind
@@ -350,8 +350,7 @@ def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 
                   f"**a = {s.accepted / tested if tested else 0:.2f}** = steps down the tree kept / tried = "
                   f"{s.accepted} / {tested} (one try per depth the walk reaches, a success when one of the node's "
                   "children is kept; this is the a of the theory curve)",
-                  f"**{s.mean_tokens_per_round:.2f} tokens per round** = {s.new_tokens} tokens / {s.rounds} rounds "
-                  "(the kept path, plus the resampled or bonus token)",
+                  _tokens_per_round(s, rounds, "path nodes kept"),
                   f"**{s.drafted / s.rounds:.2f} nodes drafted per round** on average, **{depth:.2f} deep** (W = "
                   f"{trees[-1].width} children per expanded node at most, N = {trees[-1].budget} nodes at most, K = "
                   "the most depth; the theory curve uses each tree's depth)"]
@@ -361,8 +360,7 @@ def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 
         lines += [f"**acceptance {s.acceptance_rate:.0%}** = drafts kept / drafted = {s.accepted} / {s.drafted}",
                   f"**a = {stats.running_a[-1]:.2f}** = drafts kept / tested = {s.accepted} / {tested} (a draft after "
                   "a rejection is never tested; this is the a of the theory curve)",
-                  f"**{s.mean_tokens_per_round:.2f} tokens per round** = {s.new_tokens} tokens / {s.rounds} rounds "
-                  "(kept drafts, plus the resampled or bonus token)",
+                  _tokens_per_round(s, rounds, "drafts kept"),
                   f"**{s.drafted / s.rounds:.2f} drafted per round** on average (adaptive drafting stops early; "
                   "the theory curve uses these lengths)"]
     if others is not None:
@@ -372,6 +370,17 @@ def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 
                      "`python -m specdec generate` in a terminal, which has the cores to itself "
                      "(`benchmarks/app_overhead.py` measures the difference)")
     return "\n".join(f"* {line}" for line in lines) + f"\n\n*{VARIES}*"
+
+
+def _tokens_per_round(s: RunSummary, rounds: list[RoundTrace], kept: str) -> str:
+    """Tokens per round with what they are: the kept drafts, and the token the verifier drew to end each
+    round, except a round that ended at a stop token among its kept drafts, which draws none."""
+    stopped = sum(r.next_kind is None for r in rounds)
+    drawn = f"{s.rounds - stopped} drawn by the verifier (the resampled or bonus token: one per round"
+    drawn += (f", none in the {plural(stopped, 'round', 'rounds')} that ended at a stop token among the kept drafts)"
+              if stopped else ")")
+    return (f"**{s.mean_tokens_per_round:.2f} tokens per round** = {s.new_tokens} tokens / {s.rounds} rounds; "
+            f"{s.new_tokens} = {s.accepted} {kept} + {drawn}")
 
 
 def _cores() -> int:

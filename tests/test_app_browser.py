@@ -12,7 +12,7 @@ import pytest
 from playwright import sync_api
 
 from specdec import ModelChoice
-from specdec.render_tree import TREE_HEADERS
+from specdec.render_tree import AGAINST, Q_RENORM, R_AFTER, R_X, TREE_HEADERS, VERDICT
 from specdec_ui import browser as chromium
 from specdec_ui.layout import build_demo, launch
 from specdec_ui.state import APP_PROMPT_TOKENS, Loader
@@ -311,6 +311,16 @@ def test_the_tree_drafter_draws_its_tree_its_sibling_tests_and_its_mask(page, ar
         assert g.evaluate("g => [...g.querySelectorAll('text')].every(t => t.getBoundingClientRect().right <= "
                           "g.querySelector('rect').getBoundingClientRect().right + 0.5)")
     page.screenshot(path=artifacts / "app-step-tree.png", full_page=True)
+    tests.screenshot(path=artifacts / "app-tree-tests-1280.png")
+    page.set_viewport_size({"width": 400, "height": 800})         # each test a card: a label beside each value
+    row = tests.locator("tbody tr").first
+    row.scroll_into_view_if_needed()
+    cell = {h: row.locator(f'td[data-label="{h}"]').bounding_box() for h in TREE_HEADERS[1:]}
+    card = row.bounding_box()
+    for h in (AGAINST, VERDICT, R_AFTER):                          # sentences: a line of their own
+        assert cell[h]["width"] > 0.8 * card["width"], h
+    assert cell[R_X]["y"] == cell[Q_RENORM]["y"] and cell[R_X]["x"] < cell[Q_RENORM]["x"]  # what the ratio divides
+    tests.screenshot(path=artifacts / "app-tree-tests-400.png")
 
 
 def test_sample_on_a_round_with_no_rejection_says_so_and_shows_both_histograms(page, artifacts):
@@ -351,13 +361,14 @@ def test_the_tree_drafter_at_its_defaults_says_why_it_ran_the_chain_and_draws_a_
     import specdec.tree_shape
     # an AVX2-like machine, where verifying rows is dear: the cost fit picks the chain whatever this machine is
     monkeypatch.setattr(specdec.tree_shape, "machine_costs", lambda pair: {"verify": [130.0, 16.0],
-                                                                           "draft": [39.0, 5.0]})
+                                                                           "draft": [39.0, 5.0], "round": 40.0})
     page.get_by_role("radio", name="model, as a token tree").check()
     fill(page, temperature=0.8, k=6, max_new_tokens=48)                        # W and N stay 0: this machine's choice
     page.get_by_role("button", name="Step round").click()
     expect(status(page, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
-    expect(page.get_by_text(re.compile(r"The tree drafter ran the chain\. W = 1, N = 6, the chain: this machine's "
-                                       r"cost fit \(a verifier forward costs 130 ms \+ 16\.0 ms per row here\)"))
+    expect(page.get_by_text(re.compile(r"The tree drafter ran the chain\. W = 1, N = 6, the chain: predicted [\d.]+ "
+                                       r"tok/s for it on a quiet machine, from this machine's timed forwards and rounds .* the verifier "
+                                       r"forward \d+ ms = 130 \+ 16\.0 ms per row"))
            ).to_be_visible()
     expect(page.get_by_role("table", name="Drafted tokens")).to_be_visible()  # a chain round: no tree
     button = page.get_by_role("button", name="Draw a real tree")

@@ -229,6 +229,10 @@ def test_count_definitions_on_a_scripted_run():
     assert "drafts kept / drafted = 8 / 10" in text and "drafts kept / tested = 8 / 9" in text
     assert "**3 rounds**, **4 verifier passes**" in text and "10 tokens / 3 rounds" in text
     assert "**3.33 drafted per round**" in text
+    # round 3 ended at its kept stop token and drew nothing: 10 tokens are 8 kept + 2 drawn, not 8 + 3 rounds
+    assert r3.next_kind is None and s.new_tokens == s.accepted + sum(r.next_kind is not None for r in gen.rounds)
+    assert ("10 = 8 drafts kept + 2 drawn by the verifier (the resampled or bonus token: one per round, none in the "
+            "1 round that ended at a stop token among the kept drafts)") in text
     assert tokens_per_round(1.0, 4) == 5 and tokens_per_round(0.0, 4) == 1
     assert tokens_per_round(0.5, 1) == pytest.approx(1.5)
     assert tokens_per_round_drafted(0.5, [1, 3]) == pytest.approx((1.5 + 1.875) / 2)

@@ -4,6 +4,7 @@ of each as a word (not only a colour), no u at temperature 0, the token that end
 came from, and both caches' lengths."""
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
@@ -166,7 +167,7 @@ def test_a_tree_round_draws_every_node_with_its_verdict_and_the_kept_path(tree_r
         top, _, cue, *test = texts(g)
         assert top == f"{j} {visible(n.text)}"
         if n.status in (ACCEPTED, REJECTED):                   # its test, as the chain's table gives it
-            assert len(test) == 1 and test[0].endswith(f"/q {n.ratio:.3g} · u {n.u:.3g}"), (j, test)
+            assert len(test) == 1 and test[0].endswith(f" {n.ratio:.3g} · u {n.u:.3g}"), (j, test)
         else:
             assert test == []
         assert cue == ("root" if j == 0 else VERDICTS[n.status]), (j, n.status)
@@ -191,10 +192,13 @@ def test_a_tree_round_says_what_happened_and_tests_a_sibling_against_the_residua
     for g, n in zip(groups(root, "tree-node"), nodes):
         if len(texts(g)) == 4:
             tests.setdefault(n.parent, []).append((texts(g)[3], n.status))
+            if texts(g)[3].startswith("r/q′ "):  # the box shows what the ratio divides: its p and q do not give it
+                num, den = map(float, re.fullmatch(r"r (\S+) · q′ (\S+)", texts(g)[1]).groups())
+                assert num / den == pytest.approx(n.ratio, rel=5e-3) and den > n.q  # to the shown 3 digits
     # the first child tested is tested against p; a child after a rejected sibling against the residual r
     for siblings in tests.values():
         assert siblings[0][0].startswith("p/q ")
-        assert all(t.startswith("r/q ") for t, _ in siblings[1:]), siblings
+        assert all(t.startswith("r/q′ ") for t, _ in siblings[1:]), siblings
     assert any(len(v) > 1 for v in tests.values())
     greedy = replace(r, tree=replace(r.tree, nodes=tuple(replace(n, u=None) for n in nodes)))
     cold = parse(round_figure(greedy, "accept", settings=replace(s, decode=replace(

@@ -167,13 +167,13 @@ def test_tree_shapes_are_predicted_from_counts_and_costs():
                "draft_rows": 6},
               {"k": 6, "width": 3, "budget": 20, "tokens_per_round": 4.8, "nodes": 18, "draft_forwards": 6,
                "draft_rows": 14}]
-    flat = {"verify": [57.0, 2.75], "draft": [23.0, 1.3]}      # Zen 4-like: wide trees are cheap
-    steep = {"verify": [130.0, 16.0], "draft": [39.0, 5.0]}    # AVX2-like
+    flat = {"verify": [57.0, 2.75], "draft": [23.0, 1.3], "round": 30.0}      # Zen 4-like: wide trees are cheap
+    steep = {"verify": [130.0, 16.0], "draft": [39.0, 5.0], "round": 30.0}    # AVX2-like
     assert choose(shapes, flat, 6)[:2] == (3, 20)
     assert choose(shapes, steep, 6)[:2] == (1, 6)
     assert choose(shapes, flat, 4)[:2] == (1, 4)              # nothing measured at this depth: the chain
     p = predict(shapes, flat)[0]
-    assert p["predicted_ms"] == 6 * 23.0 + 6 * 1.3 + 57.0 + 2.75 * 7
+    assert p["predicted_ms"] == 6 * 23.0 + 6 * 1.3 + 57.0 + 2.75 * 7 + 30.0  # the round's work besides the forwards
 
 
 def test_without_measured_shapes_the_default_tree_is_the_chain():

@@ -13,7 +13,7 @@ import pytest
 import tiny
 from specdec import DecodeConfig, Generation, ModelChoice, SamplingConfig, TraceFile
 from specdec.render import DASH, PHASE_NAMES, TOKEN_KINDS, first_difference, output_text, plural, segments
-from specdec.render_tree import TREE_HEADERS
+from specdec.render_tree import AGAINST, Q_RENORM, R_X, RATIO, TREE_HEADERS
 from specdec.trace import PHASES, REJECTED, RESAMPLED
 from specdec_ui import charts
 from specdec_ui import handlers as h
@@ -736,15 +736,52 @@ def test_a_tree_round_is_drawn_tested_and_masked_phase_by_phase(tree_loader):
         assert [html_text(c) for c in re.findall(r'<td[^>]* data-label="([^"]*)"', cells)] == TREE_HEADERS[1:]
     for (_, _, cells), j in zip(rows, tested):
         cells = [html_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", cells)]
-        assert cells[1] == f"{j}: {nodes[j].text!r}" and float(cells[5]) == pytest.approx(nodes[j].ratio, abs=1e-3)
-        assert float(cells[6]) == pytest.approx(nodes[j].u, abs=1e-3)
+        assert cells[1] == f"{j}: {nodes[j].text!r}" and float(cells[7]) == pytest.approx(nodes[j].ratio, abs=1e-3)
+        assert float(cells[8]) == pytest.approx(nodes[j].u, abs=1e-3)
         if nodes[j].status == REJECTED:  # its residual is what the next sibling is tested against
-            assert cells[8].startswith(f"{nodes[j].residual_top[0].text!r} {nodes[j].residual_top[0].prob:.2f}")
-    assert "the residual after" in decided.tests and "u ≤ r(x)/q(x)" in decided.explain
+            assert cells[10].startswith(f"{nodes[j].residual_top[0].text!r} {nodes[j].residual_top[0].prob:.2f}")
+    assert "the residual after" in decided.tests and "u ≤ r(x)/q′(x)" in decided.explain
     committed = step(tree_loader, "commit", s, tree_form(seed=seed))
     assert f"= {r.target_cache[1]} after keeping the path" in committed.cache
     assert visible_text(committed.text) == output_text(segments([r]))
     assert isinstance(h.sample(s), Problem)                                    # the chain's rule: not a tree's
+
+
+def _shown_digits(cell: str) -> float:
+    """Half a unit in the last digit a number is shown with: how far the shown value can be from the true one."""
+    mantissa, _, exponent = cell.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 0.5 * 10.0 ** (-decimals + (int(exponent) if exponent else 0))
+
+
+def test_every_sibling_tests_ratio_is_the_quotient_of_the_two_numbers_shown_beside_it(tree_loader):
+    """T > 0, a sibling tested after a rejection: its ratio is r(x)/q′(x) (the residual over q renormalised
+    without the rejected token), both in the table; a first child's r and q′ are its p and q."""
+    from specdec_ui.tree_views import tests_html
+    for seed in range(13, 40):
+        s = Session()
+        step(tree_loader, "accept", s, tree_form(seed=seed))
+        r = s.walk.shown
+        later = [j for j, n in enumerate(r.tree.nodes) if n.status in ("accepted", "rejected") and any(
+            m.parent == n.parent and m.status == REJECTED for m in r.tree.nodes[1:j])]
+        if later:
+            break
+    else:
+        pytest.fail("no seed tested a sibling after a rejection")
+    rows = re.findall(r'<tr class="row-(\w+)"><th scope="row">[^<]*</th>(.*?)</tr>', tests_html(r, greedy=False), re.S)
+    col = {h: i - 1 for i, h in enumerate(TREE_HEADERS)}
+    checked = 0
+    for _, cells in rows[:-1]:                                                 # the last row is the final draw
+        cells = [html_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", cells)]
+        (r_x, dr), (q_x, dq) = ((float(cells[col[h]]), _shown_digits(cells[col[h]])) for h in (R_X, Q_RENORM))
+        ratio = float(cells[col[RATIO]])
+        assert (r_x - dr) / (q_x + dq) - 5e-4 <= ratio <= (r_x + dr) / (q_x - dq) + 5e-4, cells
+        if cells[col[AGAINST]] == "p":                                        # a first child: p/q
+            assert (r_x, q_x) == pytest.approx((float(cells[col["p(x)"]]), float(cells[col["q(x)"]])), abs=1e-4)
+        else:                                                                  # renormalised: q′ > q
+            assert q_x > float(cells[col["q(x)"]])
+        checked += 1
+    assert checked == len(rows) - 1 and len(later) >= 1
 
 
 def test_siblings_stack_in_test_order_and_a_parent_sits_between_its_children():
@@ -858,14 +895,19 @@ def test_the_tree_drafter_says_which_shape_ran_and_why_and_offers_a_real_tree(tr
               {"k": 4, "width": 3, "budget": 12, "tokens_per_round": 3.6, "nodes": 11, "draft_forwards": 4,
                "draft_rows": 10}]
     monkeypatch.setattr(specdec.tree_shape, "measured_shapes", lambda pair: {"shapes": {"sampled": shapes}})
-    costs = {"verify": [130.0, 16.0], "draft": [39.0, 5.0]}                   # AVX2-like: rows are dear
+    costs = {"verify": [130.0, 16.0], "draft": [39.0, 5.0], "round": 40.0}   # AVX2-like: rows are dear
     monkeypatch.setattr(specdec.tree_shape, "machine_costs", lambda pair: costs)
     defaults = tree_form(tree_width=0, tree_nodes=0)
     s = Session()
     view = step(tree_loader, "step", s, defaults)
     assert s.walk.shown.tree is None and view.real_tree and view.table               # a chain round, and the offer
-    assert view.banner.startswith("**The tree drafter ran the chain.** W = 1, N = 4, the chain: this machine's cost "
-                                  "fit (a verifier forward costs 130 ms + 16.0 ms per row here) predicts ")
+    # 3.0 tokens / (4 draft forwards and rows at 39 + 5 ms, the verifier 130 + 16 ms per row x 5 rows, 40 ms besides)
+    assert view.banner.startswith("**The tree drafter ran the chain.** W = 1, N = 4, the chain: predicted 7.0 tok/s "
+                                  "for it on a quiet machine, from this machine's timed forwards and rounds (the speed a run reports as its "
+                                  "decoding tok/s: tokens / the rounds' compute) = 3.00 tokens per round (counted for "
+                                  "these models by benchmarks/trees.py) / 426 ms per round (drafting 176 ms, the "
+                                  "verifier forward 210 ms = 130 + 16.0 ms per row × 5.0 rows, the rest of the round "
+                                  "40 ms), against ")
     assert "for the best tree (W = 3, N = 12): verifying a tree's extra rows costs more than its extra tokens " \
            "repay. So each round is a chain of drafts: no tree" in view.banner
     assert f"Press **{REAL_TREE_BUTTON}** to run W = {REAL_TREE[0]}, N = {REAL_TREE[1]}" in view.banner
@@ -879,7 +921,7 @@ def test_the_tree_drafter_says_which_shape_ran_and_why_and_offers_a_real_tree(tr
     assert not tree.real_tree and "The tree drafter" not in tree.banner              # as the learner set it
     costs["verify"] = [57.0, 2.75]                                                    # Zen 4-like: rows are cheap
     picked = step(tree_loader, "step", Session(), defaults)
-    assert picked.banner.startswith("**The tree drafter's shape:** W = 3, N = 12: this machine's cost fit")
+    assert picked.banner.startswith("**The tree drafter's shape:** W = 3, N = 12: predicted ")
     assert "tok/s for the chain: its extra tokens repay verifying its extra rows" in picked.banner
     assert not picked.real_tree and picked.tree
 
