@@ -235,3 +235,11 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, d
         report(progress, 1.0, "models ready")
         _PAIRS[key] = pair
         return pair
+
+
+def unload(pair: ModelPair) -> None:
+    """Forget ``pair`` in the per-process memo of :func:`load_pair`, so that its memory goes once
+    its last user lets go of it (the app, switching pairs on a machine with room for one)."""
+    with _PAIRS_LOCK:
+        for key in [k for k, p in _PAIRS.items() if p is pair]:
+            del _PAIRS[key]

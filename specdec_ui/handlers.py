@@ -27,7 +27,7 @@ from specdec.render import UNTESTED_WHY, plural
 from . import charts
 from .charts import CHAIN, SPECULATIVE, TREE, VERIFIER_ONLY
 from .state import (FIELD_LABELS, TREE_FIELDS, CpuShare, Loader, Replay, Session, Worker, changes, form_defaults, form_values,
-                    parse_form)
+                    model_field, parse_form, parse_models)
 from .views import (REAL_TREE, REAL_TREE_BUTTON, CompareView, Problem, Replayed, RunView, SampleView, StepView,
                     compare_view, field_message, run_view, shape_text, step_view)
 
@@ -48,9 +48,10 @@ def _problem(e: Exception, form: dict | None = None) -> Problem:
     return Problem(field_message(p, FIELD_LABELS, (form or {}).get(field, 0)), field)
 
 
-def _settings(loader: Loader, form: dict):
+def _settings(loader: Loader, form: dict, session: Session):
     if loader.pair is None:
         return Problem(NOT_READY)
+    loader.serve(session)
     try:
         return parse_form(form, loader.pair)
     except ConfigError as e:
@@ -58,7 +59,8 @@ def _settings(loader: Loader, form: dict):
 
 
 def _busy(loader: Loader) -> bool:
-    return loader.pair.lock.locked()
+    pair = loader.pair  # None while the models are being switched
+    return pair is not None and pair.lock.locked()
 
 
 # ---- step through one round -------------------------------------------------------------------
@@ -84,12 +86,13 @@ def _step_source(loader: Loader, session: Session, form: dict, all_k: bool = Fal
             fresh = not isinstance(session.gen, Replay) or session.gen.trace is not session.replay
             return replayed, Replay(session.replay) if fresh else None
         session.replay = None  # the learner changed a setting: leave the replay for a live run
-    settings = _settings(loader, form)
+    settings = _settings(loader, form, session)
     if isinstance(settings, Problem):
         return settings, None
     if all_k:
         settings = replace(settings, decode=replace(settings.decode, confidence=0.0))
-    if session.gen is None or isinstance(session.gen, Replay) or settings != session.settings:
+    # a generation holds the pair it began on: after a switch of the models it is not continued
+    if not isinstance(session.gen, Generation) or session.gen.pair is not loader.pair or settings != session.settings:
         return settings, Generation.from_prompt(loader.pair, settings.prompt, settings.decode, settings.drafter)
     return settings, None
 
@@ -292,7 +295,7 @@ def _follow(worker: Worker, view, gens: list[Generation]) -> Iterator:
 
 def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Problem]:
     """Views of one generation as it goes; Stop ends it cleanly, also in the middle of a long prefill."""
-    settings = _settings(loader, form)
+    settings = _settings(loader, form, session)
     if isinstance(settings, Problem):
         yield settings
         return
@@ -417,7 +420,7 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
     does not end them): equal work, so that their times per token compare like for like. With the
     tree drafter each group races three runs: verifier only, a chain (the draft model, the same K
     and settings) and the tree."""
-    settings = _settings(loader, form)
+    settings = _settings(loader, form, session)
     if isinstance(settings, Problem):
         yield settings
         return
@@ -458,3 +461,33 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
     differences = {} if stopped or not greedy else _differences(loader.pair, pairs)
     final = compare_view(pairs, settings, not stopped, final=True, differences=differences)
     yield replace(final, badge=STOPPED_COMPARE) if stopped else final
+
+
+# ---- the model pair ---------------------------------------------------------------------------
+
+SAME_MODELS = "These are the models in use: change a field first, or press Run or a step button to use them."
+ALREADY_LOADING = "A pair is loading already (pressed in another session?): wait for it, then try again."
+SETTLED_POLL_S = 0.25
+
+
+def load_models(loader: Loader, values: dict) -> Iterator[str | Problem]:
+    """Switch every session to the header's model pair (the command line's --target, --draft, ...).
+    A status line once it loads, then "" once it is in use; or a Problem at the field whose value
+    the loader refused, with the loader's own message, as soon as it is refused (the pair in use
+    before then loads again)."""
+    models = parse_models(values)
+    if loader.pair is not None and models == loader.models:
+        yield Problem(SAME_MODELS)
+        return
+    if not loader.switch(models):
+        yield Problem(ALREADY_LOADING)
+        return
+    yield (f"Loading {models.target}" + (f" with {models.draft}" if models.draft else ", no draft model")
+           + "; every session's step-through will restart on it.")
+    while loader.loading and loader.refused is None:
+        loader.wait(SETTLED_POLL_S)
+    if loader.refused is None:
+        yield ""
+        return
+    field = model_field(loader.refused)
+    yield Problem(field_message(Problem(str(loader.refused), field), FIELD_LABELS, values.get(field)), field)

@@ -13,11 +13,14 @@ from html import escape
 
 import gradio as gr
 
+from specdec import ModelChoice
+
 from . import charts, figure_views
 from . import handlers as h
 from . import rule_tab, start
 from .charts import COLORS
-from .state import FIELD_LABELS, FIELDS, FORM, HINTS, Loader, Session, form_defaults
+from .state import (FIELD_LABELS, FIELDS, FORM, HINTS, MODEL_CHOICES, MODEL_FIELDS, MODEL_FORM, Loader, Session,
+                    form_defaults, model_values)
 from .views import (REAL_TREE, REAL_TREE_BUTTON, UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView,
                     StepView, legend_html, plain_html)
 
@@ -251,9 +254,11 @@ def build_demo(loader: Loader) -> gr.Blocks:
 
 def _header(loader: Loader) -> tuple:
     progress = gr.HTML(_progress_html(loader))
+    timer = gr.Timer(0.5)
     with gr.Row(equal_height=True, elem_classes=["spec-about"]):
         with gr.Accordion("Models, precision and parameter counts", open=False):
             info = gr.Markdown(_info(loader))
+            model_buttons = _model_form(loader, timer)
         with gr.Accordion("Notebooks: the same lessons, measured", open=False):
             gr.Markdown(_notebooks())
     with gr.Row(elem_classes=["spec-key"]):
@@ -264,7 +269,55 @@ def _header(loader: Loader) -> tuple:
         whitespace = gr.Checkbox(False, label="show whitespace as · → ↵", container=False)
     rejected.change(None, rejected, None, js=REJECTED_DRAFTS)
     whitespace.change(None, whitespace, None, js=SHOW_WHITESPACE)
-    return info, progress, gr.Timer(0.5)
+    return info, progress, timer, model_buttons
+
+
+MODEL_FORM_INTRO = ("**Another pair**, named as on the command line (`--target`, `--draft`, ...): an embedded model, "
+                    "a Hugging Face id already in this machine's cache (nothing is downloaded), a local directory or "
+                    "a .gguf file. The pair in use is released first, to make room; every session's step-through "
+                    "restarts on the new pair, and if it cannot be loaded, the pair in use comes back.")
+
+
+def _model_form(loader: Loader, timer: gr.Timer) -> list:
+    """The fields of ModelChoice, filled with the choice in use, and the buttons that load a pair;
+    a refused value is answered at its field and in an alert, as in the sidebar."""
+    gr.Markdown(MODEL_FORM_INTRO)
+    values = model_values(loader.models)
+    fields = {}
+    for o in MODEL_FIELDS:
+        if o.name in MODEL_CHOICES:
+            fields[o.name] = gr.Radio(list(MODEL_CHOICES[o.name]), value=values[o.name], label=FIELD_LABELS[o.name],
+                                      info=HINTS[o.name])
+        else:
+            fields[o.name] = gr.Textbox(values[o.name], label=FIELD_LABELS[o.name], info=HINTS[o.name], max_lines=1)
+    with gr.Row():
+        load_b = gr.Button("Load these models", variant="primary", min_width=160)
+        embedded_b = gr.Button("Back to the embedded pair", min_width=160)
+    status = gr.Markdown()
+    alert = gr.Markdown(elem_classes=["spec-alert"])
+    outputs = [*fields.values(), status, alert, timer]
+
+    def show(result) -> list:
+        bad = result.field if isinstance(result, Problem) else None
+        hints = [gr.update(info=result.message if name == bad else HINTS[name],
+                           elem_classes=["field-error"] if name == bad else []) for name in MODEL_FORM]
+        if isinstance(result, Problem):
+            gr.Warning(result.message)
+            return hints + ["", f"⚠ {result.message}", gr.Timer(active=True)]
+        return hints + [result, "", gr.Timer(active=True)]
+
+    def load(*values):
+        for result in h.load_models(loader, dict(zip(MODEL_FORM, values))):
+            yield show(result)
+    load_b.click(load, list(fields.values()), outputs, concurrency_limit=1, concurrency_id="load-models")
+    embedded = list(model_values(ModelChoice()).values())
+    embedded_b.click(lambda: embedded, None, list(fields.values()), queue=False).then(
+        load, list(fields.values()), outputs, concurrency_limit=1, concurrency_id="load-models")
+    # a page opened after a switch shows the choice in use, not the one the app started with
+    gr.on(None, lambda: list(model_values(loader.models).values()), None, list(fields.values()))
+    for name, component in fields.items():  # a fixed value loses its red message at once
+        component.input(partial(_hint, name), None, component, show_progress="hidden", queue=False)
+    return [load_b, embedded_b]
 
 
 def _notebooks() -> str:
@@ -573,14 +626,14 @@ def _progress_html(loader: Loader) -> str:
 
 
 def _poll_loading(demo, loader: Loader, header: tuple, needs_models: list) -> None:
-    info, progress, timer = header
+    info, progress, timer, model_buttons = header
 
     def poll():
-        done = loader.pair is not None or loader.error is not None
-        return [_progress_html(loader), _info(loader), gr.Timer(active=not done),
-                *[gr.Button(interactive=loader.pair is not None) for _ in needs_models]]
+        return [_progress_html(loader), _info(loader), gr.Timer(active=loader.loading),
+                *[gr.Button(interactive=loader.pair is not None) for _ in needs_models],
+                *[gr.Button(interactive=not loader.loading) for _ in model_buttons]]
 
-    outputs = [progress, info, timer, *needs_models]
+    outputs = [progress, info, timer, *needs_models, *model_buttons]
     # one poll at a time, answered in order: a late answer from before the models were ready must
     # not disable the buttons again
     once = dict(show_progress="hidden", concurrency_limit=1, concurrency_id="loading-poll", trigger_mode="once")

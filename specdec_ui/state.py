@@ -5,17 +5,21 @@ No gradio here: the tier-1 tests drive all of it directly with tiny models.
 """
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, get_args
 
 import torch
 
 from specdec import (ConfigError, Generation, ModelChoice, ModelLoadError, NumericalError, RoundTrace, RunSettings,
                      TraceFile)
+from specdec.devices import DEVICES
 from specdec.options import build, flat, options_of
+from specdec.precision import PRECISIONS
 from specdec.render import PHASES_OF_A_ROUND
 
 # The settings form: the options the app shows (those with a label, :mod:`specdec.options`), in
@@ -30,6 +34,16 @@ HINTS = {**{o.name: None if o.app_choices or o.type is str else o.help for o in 
          "runs": "pairs of runs, seeds s, s+1, ...: the spread of the speed-up"}
 TREE_FIELDS = tuple(o.name for o in FIELDS if o.drafters == ("tree",))  # shown, read and checked with the tree only
 INTEGER_FIELDS = (*(o.name for o in FIELDS if o.type is int), "runs")
+# The header's model form: ModelChoice's options (the command line's --target, --draft, ...), each
+# with its label here and the option's own words as its hint; a field with a known set of values is
+# a radio of them (the loader still checks that this machine has what was picked).
+MODEL_LABELS = {"target": "Verifier", "draft": "Draft", "device": "Device", "precision": "Verifier precision",
+                "draft_precision": "Draft precision"}
+MODEL_FIELDS = tuple(options_of(ModelChoice))
+MODEL_FORM = tuple(o.name for o in MODEL_FIELDS)
+MODEL_CHOICES = {"device": DEVICES, "precision": PRECISIONS, "draft_precision": PRECISIONS}
+FIELD_LABELS |= {name: MODEL_LABELS[name] for name in MODEL_FORM}
+HINTS |= {o.name: o.help for o in MODEL_FIELDS}
 # The app's models are shared by every browser session: a prompt may hold this many tokens, well
 # under the 32k context, so that no one prompt's prefill holds the models for minutes. The CLI
 # takes prompts up to the model's context.
@@ -78,24 +92,52 @@ def parse_form(form: dict, pair=None) -> RunSettings:
 
 
 def changes(old: RunSettings, new: RunSettings) -> list[str]:
-    """The form fields whose values differ, by their labels on the screen."""
+    """The form fields whose values differ, and the models, by their labels on the screen."""
     a, b = old.to_dict(), new.to_dict()
-    return [FIELD_LABELS[name] for name in FORM if a.get(name) != b.get(name)]
+    return [FIELD_LABELS[name] for name in (*FORM, *MODEL_FORM) if a.get(name) != b.get(name)]
+
+
+def model_values(models: ModelChoice) -> dict:
+    """The header's model form for a choice: a draft of None is an empty box."""
+    return {name: "" if value is None else value for name, value in flat(models).items()}
+
+
+def parse_models(values: dict) -> ModelChoice:
+    """The header's model form as a ModelChoice, read as the command line reads its flags: text
+    stripped, an empty draft is none. The names are checked where they load, as on the command line."""
+    read = {}
+    for o in MODEL_FIELDS:
+        text = str(values.get(o.name) or "").strip()
+        read[o.name] = (text or None) if type(None) in get_args(o.type) else text
+    return build(ModelChoice, read)
+
+
+def model_field(e: Exception) -> str | None:
+    """The model form's field a loading error concerns: a ConfigError names it; a ModelLoadError's
+    message opens with the model's role, which is the field's name ("target: cannot load ...",
+    "draft and target tokenizers disagree ...": the draft is the one to change)."""
+    field = getattr(e, "field", None) or str(e).split(":")[0].split(" ")[0]
+    return field if field in MODEL_FORM else None
 
 
 class Loader:
-    """Loads the pair once per process in a background thread and reports progress."""
+    """Loads the pair in a background thread and reports progress: once at the start, and again
+    at each switch to another pair (:meth:`switch`)."""
 
     def __init__(self, models: ModelChoice, pair=None):
         self.models = models
         self.pair, self.error, self.seconds = pair, None, 0.0
         self.step_fit: tuple[float, float] | None = None  # this machine's verifier cost a + b·rows in ms, once timed
         self.fraction, self.message = (1.0, "models ready") if pair is not None else (0.0, "waiting to load the models")
+        self.refused: Exception | None = None  # why the last switch failed (the pair before it was loaded again)
         self._thread: threading.Thread | None = None
+        self._retiring = None  # the pair a switch replaces, until its thread takes it
+        self._sessions: weakref.WeakValueDictionary[int, Session] = weakref.WeakValueDictionary()
+        self._switching = threading.Lock()
 
     def load_in_background(self) -> Loader:
         if self._thread is None and self.pair is None:
-            self._thread = threading.Thread(target=self._load, name="specdec-loader", daemon=True)
+            self._thread = threading.Thread(target=self._load_or_fail, name="specdec-loader", daemon=True)
             self._thread.start()
         return self
 
@@ -104,10 +146,70 @@ class Loader:
             self._thread.join(timeout)
         return self
 
+    @property
+    def loading(self) -> bool:
+        """A pair is being loaded: none is in use, and none failed for good."""
+        return self.pair is None and self.error is None
+
+    def serve(self, session: Session) -> None:
+        """Note a session that runs the models, so that a switch can stop it and make it let go of them."""
+        self._sessions[id(session)] = session
+
+    def switch(self, models: ModelChoice) -> bool:
+        """Load ``models`` in place of the pair in use, in the background; False, and nothing done,
+        while a pair is loading. Where loading ``models`` fails, :attr:`refused` says why and the
+        pair that was in use is loaded again: nothing is lost but the sessions' step-throughs."""
+        with self._switching:
+            if self.loading:
+                return False
+            # the old pair is handed over in an attribute the thread clears: a thread's arguments
+            # live as long as it runs, and would keep the old pair's memory while the new one loads
+            self._retiring, self.pair, self.error, self.refused, self.step_fit = self.pair, None, None, None, None
+            self.fraction, self.message = 0.0, "stopping the runs on the models in use"
+            previous = self.models if self._retiring is not None else None  # after a failed start: none
+            self.models, ended = models, self._thread
+            self._thread = threading.Thread(target=self._switch, args=(previous, ended), name="specdec-loader",
+                                            daemon=True)
+            self._thread.start()
+        return True
+
+    def _switch(self, previous: ModelChoice | None, ended: threading.Thread | None) -> None:
+        if ended is not None:
+            ended.join()  # the last load's timing of the verifier, which holds the old pair
+        old, self._retiring = self._retiring, None
+        if old is not None:
+            # Released before the new pair loads: this machine has room for one pair. Every session
+            # stops what runs on the old pair and lets go of it once the round in flight has ended;
+            # then the per-process memo forgets it, and its memory goes.
+            for session in list(self._sessions.values()):
+                session.stop_runs()
+            with old.lock:
+                for session in list(self._sessions.values()):
+                    session.let_go()
+            from specdec.loading import unload
+            unload(old)
+            del old
+            gc.collect()
+        self.refused = self._load()
+        if self.refused is None:
+            return
+        if previous is None:
+            self.error = str(self.refused)
+            return
+        self.models = previous
+        self._progress(0.0, "that pair could not be loaded: loading again the pair in use before")
+        self._load_or_fail()
+
     def _progress(self, fraction: float, message: str) -> None:
         self.fraction, self.message = fraction, message
 
-    def _load(self) -> None:
+    def _load_or_fail(self) -> None:
+        error = self._load()
+        if error is not None:
+            self.error = str(error)
+
+    def _load(self) -> Exception | None:
+        """Load :attr:`models`; the error that stopped it, else None."""
         t0 = time.perf_counter()
         try:
             pair = self.models.load(progress=self._progress)
@@ -118,9 +220,9 @@ class Loader:
             self.seconds, self.message = time.perf_counter() - t0, "models ready"
             print(f"models ready in {self.seconds:.1f} s", file=sys.stderr, flush=True)  # the terminal's view
         except (ConfigError, ModelLoadError) as e:
-            self.error = str(e)
-            return
+            return e
         self._time_verification()
+        return None
 
     def _time_verification(self) -> None:
         """This machine's cost fit of a verifier forward over L rows, t_f + t_r·L, which the Verify text
@@ -298,3 +400,31 @@ class Session:
 
     def restart(self, settings: RunSettings, gen: Generation | Replay) -> None:
         self.settings, self.gen, self.walk = settings, gen, Walkthrough()
+
+    def stop_runs(self) -> None:
+        """The models are being switched: the run or comparison on them ends before its next round."""
+        self.stop = True
+        for gen in self.running:
+            gen.cancel()
+
+    def let_go(self) -> None:
+        """Let go of the models being switched: the step-through's generation holds them. Its rounds
+        stay on show; the next press restarts it on the new pair and says so."""
+        if isinstance(self.gen, Generation):
+            self.gen = SWITCHED
+
+
+class Switched:
+    """A step-through's source of rounds once its models were switched: it holds no models and has
+    no more rounds (a press under way as the switch came ends on it)."""
+
+    stop_reason = "the models were switched"
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> RoundTrace:
+        raise StopIteration
+
+
+SWITCHED = Switched()
