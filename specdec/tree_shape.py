@@ -85,6 +85,14 @@ def measure_costs(pair) -> dict:
     work besides them: {"verify": [t_f, t_r], "draft": [t_f, t_r], "round": ms} in ms (t_f per forward,
     t_r per row, "round" per round)."""
     ids = [i % pair.vocab_size for i in range(1000, 1000 + CONTEXT + max(FIT_ROWS))]
+    with pair.lock:  # no session's round beside the timed forwards (the short runs below take it per round)
+        out = _forward_costs(pair, ids)
+    out["round"] = _round_overhead_ms(pair, ids[:CONTEXT])
+    return out
+
+
+def _forward_costs(pair, ids: list[int]) -> dict:
+    """{"verify": [t_f, t_r], "draft": [t_f, t_r]} and the timings they were fitted to, in ms."""
     out = {}
     for role, model, rows in (("verify", pair.target, FIT_ROWS), ("draft", pair.draft, DRAFT_ROWS)):
         lm = CachedLM(model, pair.vocab_size)
@@ -104,7 +112,6 @@ def measure_costs(pair) -> dict:
         t_f, t_r = fit_line(rows, ms)
         out[role] = [max(t_f, 0.0), max(t_r, 0.0)]  # a cost is never negative; only noise makes a fit say so
         out[f"{role}_ms"] = dict(zip(map(str, rows), ms))
-    out["round"] = _round_overhead_ms(pair, ids[:CONTEXT])
     return out
 
 

@@ -234,7 +234,7 @@ class Loader:
             require_lean(self.pair)  # the fit times tree forwards of both models
         except ConfigError:
             return
-        with self.pair.lock, torch.inference_mode():
+        with torch.inference_mode():  # the timing takes the models' lock itself, between its parts
             a, b = machine_costs(self.pair)["verify"]
         self.step_fit = (a, b)
 

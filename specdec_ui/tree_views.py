@@ -86,7 +86,7 @@ def tests_html(r: RoundTrace, greedy: bool) -> str:
     else:
         note = ("r(x): what the child is tested against at x: p(x) for a first child; after a rejection, the "
                 "residual norm(max(0, r − q′)) the rejection left. q′(x): q without the tokens of the siblings "
-                "rejected before it, renormalised, q′(x) = q(x) / (1 − their q(x)); q(x) for a first child. "
+                "rejected before it, renormalised, q′(x) = q(x) / (1 − the sum of their q); q(x) for a first child. "
                 "ratio = r(x)/q′(x), so p/q for a first child; a child is kept iff u ≤ ratio; r after it: the top "
                 "of the residual a rejection left, what the next sibling (or the final draw) is tested against; on "
                 "the last row, the top of what the token was drawn from")

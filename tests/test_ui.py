@@ -451,6 +451,18 @@ def test_the_start_here_steps_set_valid_settings_and_open_tabs_in_the_lessons_or
     assert parse_form(path[4].settings).decode.sampling.temperature == 0.8
 
 
+def test_the_loaders_timing_runs_its_rounds_without_holding_the_models_lock_itself(tree_loader, monkeypatch):
+    import threading
+    import specdec.calibration
+    monkeypatch.setattr(specdec.calibration, "cached", lambda key, cpu, measure: measure()["timings_ms"])
+    monkeypatch.setattr(tree_loader, "step_fit", None)                         # restored after the test
+    timing = threading.Thread(target=tree_loader._time_verification, daemon=True)
+    timing.start()
+    timing.join(120)
+    assert not timing.is_alive(), "the timing waits on a lock it holds"       # its short runs take the lock per round
+    assert tree_loader.step_fit is not None and not tree_loader.pair.lock.locked()
+
+
 def test_the_loader_times_this_machines_verifier_once_the_models_are_loaded(tree_loader, loader, monkeypatch):
     import specdec.tree_shape
     monkeypatch.setattr(specdec.tree_shape, "machine_costs", lambda pair: {"verify": [31.0, 4.1], "draft": [9, 1]})
