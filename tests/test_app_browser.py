@@ -525,6 +525,15 @@ def test_side_by_side_at_temperature_zero_is_identical_and_says_why(page, artifa
     page.screenshot(path=artifacts / "app-compare.png", full_page=True)
 
 
+def show_sidebar(pg, shown: bool) -> None:
+    """Open or close the settings sidebar, whichever way it is now: a page resized keeps its own."""
+    prompt = pg.get_by_role("textbox", name=re.compile(r"^Prompt"))  # off the left edge while closed
+    if (prompt.bounding_box()["x"] >= 0) != shown:
+        pg.get_by_role("button", name="Toggle Sidebar").click()
+        pg.wait_for_timeout(500)                                  # the sidebar slides
+    assert (prompt.bounding_box()["x"] >= 0) == shown
+
+
 def test_compare_shows_its_verdict_as_a_badge_and_the_outputs_token_for_token(page, artifacts):
     page.get_by_role("tab", name="Compare").click()
     fill(page, max_new_tokens=32)
@@ -541,7 +550,7 @@ def test_compare_shows_its_verdict_as_a_badge_and_the_outputs_token_for_token(pa
     assert same == page.locator("#verifier-only-text pre").inner_text() == page.locator("#speculative-text pre").inner_text()
     page.screenshot(path=artifacts / "compare-identical.png", full_page=True)
     page.set_viewport_size(PHONE)
-    page.get_by_role("button", name="Toggle Sidebar").click()      # as a phone has it: closed
+    show_sidebar(page, False)                                     # as a phone has it
     verdict.scroll_into_view_if_needed()
     expect(verdict).to_be_in_viewport()
     assert inside(verdict.bounding_box(), PHONE)
@@ -549,7 +558,7 @@ def test_compare_shows_its_verdict_as_a_badge_and_the_outputs_token_for_token(pa
     page.screenshot(path=artifacts / "compare-identical-400.png")
 
     page.set_viewport_size(LAPTOP)                                # sampling: the outputs column by column
-    page.get_by_role("button", name="Toggle Sidebar").click()
+    show_sidebar(page, True)
     fill(page, temperature=1, max_new_tokens=16)
     page.get_by_role("button", name="Run both").click()
     expect(page.get_by_role("status").filter(has_text="Sampling: outputs differ by design")).to_be_visible(
@@ -561,7 +570,7 @@ def test_compare_shows_its_verdict_as_a_badge_and_the_outputs_token_for_token(pa
         assert len(lefts) == 2 and lefts[0] == lefts[1]
     page.screenshot(path=artifacts / "compare-sampled.png", full_page=True)
     page.set_viewport_size(PHONE)
-    page.get_by_role("button", name="Toggle Sidebar").click()
+    show_sidebar(page, False)
     first.scroll_into_view_if_needed()
     assert inside(page.locator("#aligned-outputs").bounding_box(), PHONE)
     page.screenshot(path=artifacts / "compare-sampled-400.png")
