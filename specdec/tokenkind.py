@@ -153,6 +153,16 @@ def _share(c: KindCount) -> str:
     return f"{c.rate:.0%} of the time ({c.kept} of {c.tested})"
 
 
+def sampling_gap(a: KindCount, b: KindCount) -> float:
+    """The gap between two rates (tested drafts > 0 each) that sampling alone often gives: two standard errors
+    of the difference of two binomial proportions, each rate taken as (kept + 1) / (tested + 2) so that
+    12 of 12 does not claim no spread at all."""
+    def var(c: KindCount) -> float:
+        r = (c.kept + 1) / (c.tested + 2)
+        return r * (1 - r) / c.tested
+    return 2 * math.sqrt(var(a) + var(b))
+
+
 def kinds_sentence(counts: tuple[KindCount, ...], least: int = MIN_TESTED) -> str:
     """What the counts show, in a sentence or two: the classes kept most and least often among those
     with at least ``least`` tested drafts, and whether their difference is more than sampling noise."""
@@ -169,12 +179,7 @@ def kinds_sentence(counts: tuple[KindCount, ...], least: int = MIN_TESTED) -> st
     hi, lo = enough[0], enough[-1]
     head = (f"{KIND_NAMES[hi.kind].capitalize()} were kept most often, {_share(hi)}; {KIND_NAMES[lo.kind]} least, "
             f"{_share(lo)}.")
-    # two binomial proportions: a gap under two standard errors is what sampling alone often gives; each
-    # rate taken as (kept + 1) / (tested + 2), so that 12 of 12 does not claim no spread at all
-    def var(c: KindCount) -> float:
-        r = (c.kept + 1) / (c.tested + 2)
-        return r * (1 - r) / c.tested
-    noise = 2 * math.sqrt(var(hi) + var(lo))
+    noise = sampling_gap(hi, lo)
     if hi.rate - lo.rate <= noise:
         head += (f" The gap ({100 * (hi.rate - lo.rate):.0f} points) is within sampling noise for counts this small "
                  f"(about {100 * noise:.0f} points): no kind drafts clearly better here.")

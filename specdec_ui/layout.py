@@ -199,6 +199,41 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 .race-row {{ display: flex; align-items: center; gap: 8px; font-size: 13px; margin: 4px 0; }}
 .race-name {{ flex: 0 0 110px; }}
 .race-bar {{ display: inline-block; height: 14px; border-radius: 2px; }}
+/* Compare: the verdict as a badge (colour, icon and words; text at least 7:1 on its fill), then the
+   outputs token for token: the shared start once, then a column per position, one row per output */
+.cmp-verdict {{ display: flex; gap: 10px; align-items: flex-start; padding: 10px 14px; border: 2px solid;
+  border-radius: 10px; font-size: 15px; line-height: 1.4; }}
+.cmp-verdict strong {{ color: inherit !important; font-size: 17px; }}
+.cmp-verdict-icon {{ font-size: 24px; line-height: 1; font-weight: 700; }}
+.cmp-verdict-detail {{ display: block; font-size: 13px; margin-top: 2px; }}
+.cmp-identical {{ background: #dcfce7; border-color: #15803d; color: #14532d; }}
+.cmp-differ {{ background: #fee2e2; border-color: #b91c1c; color: #7f1d1d; }}
+.cmp-by-design {{ background: #dbeafe; border-color: #1d4ed8; color: #1e3a8a; }}
+.cmp-aligned {{ max-height: 480px; overflow: auto; border: 1px solid #e5e7eb; border-radius: 6px; padding: 8px;
+  background: #ffffff; }}
+.cmp-al-key {{ font-size: 13px; color: #374151; margin: 0 0 6px 0; }}
+.cmp-same, .cmp-grid {{ font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 14px; color: #111827; }}
+.cmp-same {{ white-space: pre-wrap; line-height: 1.7; border-left: 4px solid #15803d; padding-left: 8px;
+  margin-bottom: 10px; }}
+.cmp-grid {{ display: flex; flex-wrap: wrap; align-items: flex-start; }}
+/* room above each line for the first difference's label; a margin, not a row gap, so a line break
+   (a flex line of its own) adds no space */
+.al-col {{ display: inline-flex; flex-direction: column; position: relative; margin-top: 1.1em; }}
+.al-cell {{ white-space: pre; line-height: 1.5; min-height: 1.5em; min-width: 0.6em; padding: 0 1px; }}
+.al-r1 {{ background: #eff6ff; }}
+.al-r2 {{ background: #f5f3ff; }}
+.al-cell.al-diff {{ background: #fee2e2; font-weight: 700; text-decoration: underline 2px #b91c1c;
+  text-underline-offset: 3px; }}
+.al-cell.al-none {{ background: repeating-linear-gradient(45deg, #f3f4f6 0 3px, #ffffff 3px 6px); }}
+.al-key {{ font-family: system-ui, sans-serif; font-size: 12px; color: #374151; padding-right: 6px; }}
+.al-first {{ outline: 2px solid #b91c1c; outline-offset: 1px; }}
+.al-first::before {{ content: "▼ token " attr(data-n); position: absolute; bottom: 100%; left: 0; font: 11px/1.3
+  system-ui, sans-serif; color: #991b1b; white-space: nowrap; }}
+.al-br {{ flex-basis: 100%; height: 0; }}
+.cmp-grid .sp::before {{ content: "·"; position: absolute; left: 0; right: 0; text-align: center; color: #6b7280; }}
+.cmp-grid .tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
+.cmp-grid .nl::before {{ content: "↵"; color: #6b7280; }}
+.cmp-copy-title {{ font-weight: 600; margin: 8px 0 2px 0; color: #111827; }}
 """ + charts.LIVE_CSS
 # Gradio's Source Sans Pro and IBM Plex Mono at weight 600 are subsets of a few letters: a semibold
 # label ("Accept/reject") drew its "A" in one font and the rest in another. Bold (700), a whole font,
@@ -476,22 +511,25 @@ def _compare_tab(loader, session, form, sidebar) -> list:
             runs = gr.Number(1, label=FIELD_LABELS["runs"], info=HINTS["runs"], min_width=200)
             compare_b = gr.Button("Run both", variant="primary", min_width=130)
             stop_b = gr.Button("Stop comparison", variant="stop", min_width=130)
-        view = {"badge": gr.Markdown("Runs verifier-only and speculative decoding on the same settings, round for "
-                                     "round in turn (with the tree drafter: verifier only, a chain and the tree).")}
         alert = gr.Markdown(elem_classes=["spec-alert"])
+        view = {"verdict": gr.HTML(),
+                "badge": gr.Markdown("Runs verifier-only and speculative decoding on the same settings, round for "
+                                     "round in turn (with the tree drafter: verifier only, a chain and the tree).")}
         with gr.Row():
             with gr.Column(min_width=COLUMN_MIN_WIDTH):
                 gr.Markdown("### Verifier only")
                 view["base_stats"] = gr.Markdown()
-                view["base_text"] = gr.HTML(plain_html(""), elem_id="verifier-only-text")
             with gr.Column(min_width=COLUMN_MIN_WIDTH):
                 view["spec_title"] = gr.Markdown("### Speculative")
                 view["spec_stats"] = gr.Markdown()
-                view["spec_text"] = gr.HTML(plain_html(""), elem_id="speculative-text")
             with gr.Column(min_width=COLUMN_MIN_WIDTH, visible=False) as view["tree_side"]:
                 gr.Markdown("### Tree (draft model)")
                 view["tree_stats"] = gr.Markdown()
-                view["tree_text"] = gr.HTML(plain_html(""), elem_id="tree-text")
+        view["aligned"] = gr.HTML(elem_id="aligned-outputs")
+        with gr.Accordion("Each output as plain text, to copy", open=False):
+            view["base_text"] = gr.HTML(elem_id="verifier-only-text")
+            view["spec_text"] = gr.HTML(elem_id="speculative-text")
+            view["tree_text"] = gr.HTML(elem_id="tree-text")
         view["live"] = gr.HTML()
         view["race"] = gr.Plot(visible=False, show_label=False)
         with gr.Row():

@@ -539,12 +539,64 @@ def test_side_by_side_at_temperature_zero_is_identical_and_says_why(page, artifa
     expect(page.get_by_text("Identical output")).to_be_visible(timeout=4 * ROUND_S)
     expect(page.get_by_text(re.compile(r"^Speed-up [\d.]+x = the verifier-only run's time per token"))).to_be_visible()
     expect(page.get_by_text("Tokens against compute time", exact=True)).to_be_visible()
-    expect(page.get_by_text(re.compile(r"^Why [\d.]+x\? Measured here: a drafted token costs c = "))).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^Why [\d.]+x\? A speculative round gave [\d.]+ tokens"))).to_be_visible()
     expect(page.get_by_text("Predicted speed-up over K", exact=True)).to_be_visible()
+    page.get_by_text("Each output as plain text, to copy").click()
     base, spec = page.locator("#verifier-only-text pre").inner_text(), page.locator("#speculative-text pre").inner_text()
     assert base == spec != ""
     assert_chart_labels_fit(page, at_least=2)                     # the race and the predicted speed-up
     page.screenshot(path=artifacts / "app-compare.png", full_page=True)
+
+
+def show_sidebar(pg, shown: bool) -> None:
+    """Open or close the settings sidebar, whichever way it is now: a page resized keeps its own."""
+    prompt = pg.get_by_role("textbox", name=re.compile(r"^Prompt"))  # off the left edge while closed
+    if (prompt.bounding_box()["x"] >= 0) != shown:
+        pg.get_by_role("button", name="Toggle Sidebar").click()
+        pg.wait_for_timeout(500)                                  # the sidebar slides
+    assert (prompt.bounding_box()["x"] >= 0) == shown
+
+
+def test_compare_shows_its_verdict_as_a_badge_and_the_outputs_token_for_token(page, artifacts):
+    page.get_by_role("tab", name="Compare").click()
+    fill(page, max_new_tokens=32)
+    page.get_by_role("button", name="Run both").click()
+    verdict = page.get_by_role("status").filter(has_text="Identical output")
+    expect(verdict).to_be_visible(timeout=4 * ROUND_S)
+    n = int(re.search(r"Identical output: (\d+) of \1 tokens", verdict.inner_text()).group(1))
+    assert n > 0
+    expect(page.get_by_text(f"The same {n} tokens in both outputs, shown once:")).to_be_visible()
+    for part in (verdict.locator("strong"), verdict.locator(".cmp-verdict-detail")):
+        assert part.evaluate(CONTRAST) >= 4.5                     # WCAG AA on the badge's fill
+    page.get_by_text("Each output as plain text, to copy").click()
+    same = page.locator(".cmp-same").inner_text()
+    assert same == page.locator("#verifier-only-text pre").inner_text() == page.locator("#speculative-text pre").inner_text()
+    page.screenshot(path=artifacts / "compare-identical.png", full_page=True)
+    page.set_viewport_size(PHONE)
+    show_sidebar(page, False)                                     # as a phone has it
+    verdict.scroll_into_view_if_needed()
+    expect(verdict).to_be_in_viewport()
+    assert inside(verdict.bounding_box(), PHONE)
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    page.screenshot(path=artifacts / "compare-identical-400.png")
+
+    page.set_viewport_size(LAPTOP)                                # sampling: the outputs column by column
+    show_sidebar(page, True)
+    fill(page, temperature=1, max_new_tokens=16)
+    page.get_by_role("button", name="Run both").click()
+    expect(page.get_by_role("status").filter(has_text="Sampling: outputs differ by design")).to_be_visible(
+        timeout=4 * ROUND_S)
+    first = page.locator("#aligned-outputs .al-first")
+    expect(first).to_have_count(1)
+    for col in page.locator("#aligned-outputs .al-col").all():  # a position's tokens one under another
+        lefts = [c.bounding_box()["x"] for c in col.locator(".al-cell").all()]
+        assert len(lefts) == 2 and lefts[0] == lefts[1]
+    page.screenshot(path=artifacts / "compare-sampled.png", full_page=True)
+    page.set_viewport_size(PHONE)
+    show_sidebar(page, False)
+    first.scroll_into_view_if_needed()
+    assert inside(page.locator("#aligned-outputs").bounding_box(), PHONE)
+    page.screenshot(path=artifacts / "compare-sampled-400.png")
 
 
 def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_edge(browser, url, artifacts):

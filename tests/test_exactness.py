@@ -75,8 +75,9 @@ def test_the_compare_view_says_where_and_why_outputs_part():
     d = explain(pair, prompt, base.token_ids, spec.token_ids)
     settings = RunSettings("w1 w2", "model", GREEDY, ModelChoice.of(pair))
     view = compare_view([{"verifier only": base, "speculative": spec}], settings, True, differences={"speculative": d})
-    assert "≠ **Outputs differ** from token 6 on." in view.badge
-    assert "The outputs part at token 6" in view.badge and "apart, beyond float32's rounding tolerance" in view.badge
+    assert 'class="cmp-verdict cmp-differ" role="status"' in view.verdict and "Outputs differ from token 6" in view.verdict
+    assert "The outputs part at token 6" in view.verdict and "apart, beyond float32's rounding tolerance" in view.verdict
+    assert 'class="al-col al-first" data-n="6"' in view.aligned                 # the aligned outputs mark it too
 
 
 def test_each_configuration_says_how_exact_it_is():
