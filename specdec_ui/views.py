@@ -347,20 +347,18 @@ def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 
     if s.drafted and trees:
         tested = sum(r.tested for r in rounds)
         depth = sum(draft_depth(r) for r in rounds) / s.rounds
-        lines += [f"**acceptance {s.acceptance_rate:.0%}** = nodes kept / drafted = {s.accepted} / {s.drafted} (a "
-                  "tree drafts several continuations and keeps at most one path of them)",
-                  f"**a = {s.accepted / tested if tested else 0:.2f}** = steps down the tree kept / tried = "
+        lines += [f"**a = {s.accepted / tested if tested else 0:.2f}** = steps down the tree kept / tried = "
                   f"{s.accepted} / {tested} (one try per depth the walk reaches, a success when one of the node's "
                   "children is kept; this is the a of the theory curve)",
                   _tokens_per_round(s, rounds, "path nodes kept"),
-                  f"**{s.drafted / s.rounds:.2f} nodes drafted per round** on average, **{depth:.2f} deep** (W = "
+                  f"**{s.drafted / s.rounds:.2f} nodes drafted per round** on average, at most one path of them "
+                  f"kept, **{depth:.2f} deep** (W = "
                   f"{trees[-1].width} children per expanded node at most, N = {trees[-1].budget} nodes at most, K = "
                   "the most depth; the theory curve uses each tree's depth)"]
     elif s.drafted:
         stats = round_stats(rounds)
         tested = sum(r.tested for r in rounds)
-        lines += [f"**acceptance {s.acceptance_rate:.0%}** = drafts kept / drafted = {s.accepted} / {s.drafted}",
-                  f"**a = {stats.running_a[-1]:.2f}** = drafts kept / tested = {s.accepted} / {tested} (a draft after "
+        lines += [f"**a = {stats.running_a[-1]:.2f}** = drafts kept / tested = {s.accepted} / {tested} (a draft after "
                   "a rejection is never tested; this is the a of the theory curve)",
                   _tokens_per_round(s, rounds, "drafts kept"),
                   f"**{s.drafted / s.rounds:.2f} drafted per round** on average (adaptive drafting stops early; "
