@@ -57,6 +57,12 @@ def _with_figures(nb) -> None:
                                                        full_html=False, validate=False)
 
 
+def execute(nb) -> None:
+    """Run ``nb`` top to bottom on a fresh kernel started in the repository root, as a learner's would."""
+    NotebookClient(nb, timeout=1800, kernel_name="python3",
+                   resources={"metadata": {"path": str(notebooks.ROOT)}}).execute()
+
+
 def write_page(nb, name: str, budget: str | None) -> Path:
     """Write ``nb`` as ``name``'s run page, with the outputs of its run on ``budget``, or (``budget``
     None) as its page as written. Returns the page's path."""
@@ -91,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, nb in read.items():
         print(f"running {name} ({budget} budget) ...", flush=True)
         try:
-            NotebookClient(nb, timeout=1800, kernel_name="python3",
-                           resources={"metadata": {"path": str(notebooks.ROOT)}}).execute()
+            execute(nb)
         except CellExecutionError as error:
             print(f"{name} failed, its page stays as written:\n{str(error)[-2000:]}", file=sys.stderr)
             failed.append(name)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from test_app_browser import LAPTOP, PHONE, _free_port, browser, expect, inside  # noqa: F401
 from test_notebook_pages import render_script
 
@@ -32,8 +31,7 @@ def app(tmp_path_factory):
         for name in NOTEBOOK_LINES:
             nb = nbformat.read(notebooks.NOTEBOOKS / f"{name}.ipynb", as_version=4)
             if name == RUN:
-                NotebookClient(nb, timeout=1200, kernel_name="python3",
-                               resources={"metadata": {"path": str(notebooks.ROOT)}}).execute()
+                render.execute(nb)
                 figures = sum(render.PLOTLY_MIME in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
             render.write_page(nb, name, "short" if name == RUN else None)
         port = _free_port()

@@ -7,12 +7,12 @@ load the embedded pair (marked ``real``) run in a fresh IPython namespace **in t
 their ``load_pair`` then finds the pair this session already loaded (the models are loaded once
 per test session, as everywhere else), instead of loading it again in five kernels.
 """
+import sys
 from html import escape
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from test_notebook_pages import render_script
 
 from specdec_ui import notebooks
@@ -42,14 +42,17 @@ def run_in_this_process(nb) -> None:
     try:
         for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
             with capture_output() as out:
+                # the cell's value in its rich forms too (an SVG, HTML), as a kernel records it
+                shell.display_trap.hook = sys.displayhook
                 result = shell.run_cell(cell.source, store_history=False)
+            cell.execution_count = i + 1
             cell.outputs = [nbformat.v4.new_output("stream", name=n, text=t)
                             for n, t in (("stdout", out.stdout), ("stderr", out.stderr)) if t]
             cell.outputs += [nbformat.v4.new_output("display_data", data=o.data) for o in out.outputs]
             if not result.success:
                 raise AssertionError(f"code cell {i} failed:\n{cell.source[:400]}\n---\n{out.stdout[-3000:]}")
     finally:
-        pio.renderers.default = renderer
+        pio.renderers.default, shell.display_trap.hook = renderer, shell.displayhook
         for key in set(loading._PAIRS) - pairs:
             del loading._PAIRS[key]
         shell.reset(new_session=True)
@@ -66,7 +69,7 @@ def test_notebook_executes_on_the_short_budget(path, monkeypatch, request):
         monkeypatch.syspath_prepend(str(ROOT))  # as a kernel started in ROOT has it: `import benchmarks`
         run_in_this_process(nb)
     else:
-        NotebookClient(nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+        render_script().execute(nb)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert outputs and not any(o.get("output_type") == "error" for o in outputs)
     assert any("assert " in c.source for c in nb.cells if c.cell_type == "code"), "a notebook states its checks"
