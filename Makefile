@@ -2,12 +2,13 @@
 #   make app    set up and run the app on the embedded default models (http://127.0.0.1:7860)
 #   make test   set up and run every test (installs test tools and a headless Chromium if missing)
 # More: make test-fast (tiny-model tests only, seconds), make mutants (plant bugs, check the
-# fast tests catch each), make bench, make cli.
+# fast tests catch each), make notebooks (open them in Jupyter), make notebooks-html (run each once and
+# write its page with its figures, for the app's links), make bench, make cli.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: preflight app test test-fast mutants notebooks strip-notebooks setup setup-dev browser cli bench clean
+.PHONY: preflight app test test-fast mutants notebooks notebooks-html strip-notebooks setup setup-dev browser cli bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +51,11 @@ mutants: setup-dev
 notebooks: setup-dev
 	$(PY) -m pip install -q notebook==7.6.5
 	$(PY) -m jupyter notebook notebooks/
+
+# Runs each notebook once on a fresh kernel and writes it as a page with its figures to notebooks/html/,
+# which the app links (make test writes the same pages as it runs them). SPECDEC_NOTEBOOK_BUDGET as above.
+notebooks-html: setup-dev
+	$(PY) scripts/render_notebooks.py $(ARGS)
 
 # Outputs stay out of git: run before committing a notebook.
 strip-notebooks: setup-dev

@@ -15,7 +15,7 @@ import gradio as gr
 
 from specdec import ModelChoice
 
-from . import charts, figure_views
+from . import charts, figure_views, notebooks
 from . import handlers as h
 from . import rule_tab, start
 from .charts import COLORS
@@ -356,9 +356,23 @@ def _model_form(loader: Loader, timer: gr.Timer) -> list:
 
 
 def _notebooks() -> str:
-    rows = [f"* `notebooks/{name}.ipynb`: {line}" for name, line in NOTEBOOK_LINES.items()]
-    return ("Run `make notebooks` in this checkout: it opens the `notebooks/` folder in Jupyter, in your "
-            "browser. Each notebook imports this engine and runs top to bottom.\n\n" + "\n".join(rows))
+    """A link per notebook to its page: its last run here, else its text (no figures), else its title alone."""
+    rows = []
+    for name, line in NOTEBOOK_LINES.items():
+        title = escape(notebooks.title(name))
+        run = notebooks.run_page(name)
+        page = run if run.exists() else notebooks.text_page(name)
+        if not page.exists():
+            rows.append(f"* {title} (not rendered yet): {line}")
+            continue
+        note = "" if page == run else " (not run yet: no figures)"
+        rows.append(f'* <a href="{notebooks.href(page)}" target="_blank" rel="noopener">{title}</a>{note}: {line}')
+    unrun = not all(notebooks.run_page(name).exists() for name in NOTEBOOK_LINES)
+    return ("Each opens in a new tab as a page with its figures, from its last run in this checkout. "
+            "`make notebooks` opens the `notebooks/` folder in Jupyter, to run and change them: each imports "
+            "this engine and runs top to bottom.\n\n" + "\n".join(rows) +
+            ("\n\nNot run here yet: `make notebooks-html` runs each notebook once and writes its page with its "
+             "figures (`make test` does too)." if unrun else ""))
 
 
 def _settings() -> dict:
@@ -688,4 +702,5 @@ QUEUE_POLL_S, PROGRESS_POLL_S = 0.02, 0.1
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, **kwargs):
     demo.queue(default_concurrency_limit=8)
     demo._queue.sleep_when_free, demo._queue.progress_update_sleep_when_free = QUEUE_POLL_S, PROGRESS_POLL_S
-    return demo.launch(server_name=host, server_port=port, share=share, css=CSS, theme=THEME, **kwargs)
+    return demo.launch(server_name=host, server_port=port, share=share, css=CSS, theme=THEME,
+                       allowed_paths=[str(notebooks.PAGES)], **kwargs)  # the notebooks' pages, for their links
