@@ -153,11 +153,29 @@ def load_model(name: str, device: torch.device, precision: Precision, role: str,
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(source, **tok_kwargs)
     except (OSError, ValueError) as e:
-        raise ModelLoadError(
-            f"{role}: cannot load {name!r}: not an embedded model, a local directory or .gguf file, or a model "
-            f"reachable on the Hugging Face hub ({str(e).splitlines()[0][:160]}). Embedded models work offline: "
-            f"{', '.join(EMBEDDED)}") from None
+        raise _cannot_load(role, name, str(e).splitlines()[0][:160]) from None
     return _finish_transformers(model, tokenizer, name, device, precision, role)
+
+
+def _cannot_load(role: str, name: str, why: str) -> ModelLoadError:
+    return ModelLoadError(f"{role}: cannot load {name!r}: not an embedded model, a local directory or .gguf file, or "
+                          f"a model reachable on the Hugging Face hub ({why}). Embedded models work offline: "
+                          f"{', '.join(EMBEDDED)}")
+
+
+def check_source(name: str, role: str) -> None:
+    """Raise the loader's own error where ``name`` names nothing that could load here: not an embedded
+    model, no such file or directory, and a hub id neither in this machine's cache nor reachable. It
+    loads nothing, so it can be asked before a pair in use is released for another (the app)."""
+    if name.removeprefix(TRANSFORMERS) in EMBEDDED or Path(name).expanduser().exists():
+        return
+    from huggingface_hub import try_to_load_from_cache
+    try:
+        cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not even the shape of a hub id ("owner/name")
+        cached = False
+    if not cached and not _hub_reachable():
+        raise _cannot_load(role, name, "no such file or directory, and not in this machine's Hugging Face cache")
 
 
 def _finish_transformers(model, tokenizer, name: str, device: torch.device, precision: Precision, role: str):
@@ -211,6 +229,9 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, d
     per model, see :mod:`specdec.precision`) or a name; ``draft_vocab`` > 0 lets a lean draft
     score only that many ids (0: all). Loading does not depend on the decoding settings: one pair
     serves every K."""
+    check_source(target, "target")  # a name that can load nothing, said before minutes of kernel timing
+    if draft:
+        check_source(draft, "draft")
     dev = resolve_device(device)
     if dev.type == "cpu":
         report(progress, 0.0, "choosing kernels for this CPU (timed once per machine, about two minutes, then cached)")

@@ -482,8 +482,9 @@ def load_models(loader: Loader, values: dict) -> Iterator[str | Problem]:
     if not loader.switch(models):
         yield Problem(ALREADY_LOADING)
         return
-    yield (f"Loading {models.target}" + (f" with {models.draft}" if models.draft else ", no draft model")
-           + "; every session's step-through will restart on it.")
+    if loader.refused is None:
+        yield (f"Loading {models.target}" + (f" with {models.draft}" if models.draft else ", no draft model")
+               + "; every session's step-through will restart on it.")
     while loader.loading and loader.refused is None:
         loader.wait(SETTLED_POLL_S)
     if loader.refused is None:

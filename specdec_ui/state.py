@@ -18,6 +18,7 @@ import torch
 from specdec import (ConfigError, Generation, ModelChoice, ModelLoadError, NumericalError, RoundTrace, RunSettings,
                      TraceFile)
 from specdec.devices import DEVICES
+from specdec.loading import check_source
 from specdec.options import build, flat, options_of
 from specdec.precision import PRECISIONS
 from specdec.render import PHASES_OF_A_ROUND
@@ -157,11 +158,19 @@ class Loader:
 
     def switch(self, models: ModelChoice) -> bool:
         """Load ``models`` in place of the pair in use, in the background; False, and nothing done,
-        while a pair is loading. Where loading ``models`` fails, :attr:`refused` says why and the
+        while a pair is loading. A name that can load nothing is refused at once (:attr:`refused`),
+        the pair in use kept; where loading ``models`` fails later, :attr:`refused` says why and the
         pair that was in use is loaded again: nothing is lost but the sessions' step-throughs."""
         with self._switching:
             if self.loading:
                 return False
+            try:  # a name that can load nothing is refused before the pair in use is released for it
+                check_source(models.target, "target")
+                if models.draft:
+                    check_source(models.draft, "draft")
+            except ModelLoadError as e:
+                self.refused = e
+                return True
             # the old pair is handed over in an attribute the thread clears: a thread's arguments
             # live as long as it runs, and would keep the old pair's memory while the new one loads
             self._retiring, self.pair, self.error, self.refused, self.step_fit = self.pair, None, None, None, None

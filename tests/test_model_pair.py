@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from pathlib import Path
 
 import pytest
 
@@ -99,7 +100,9 @@ def test_a_refused_value_is_answered_at_its_field_with_the_command_lines_message
     wanted = cli_error(capsys, ModelChoice(**{**flat(loader.models), field: bad}))
     assert isinstance(problem, Problem) and problem.field == field
     assert problem.message == in_the_page(field, wanted)
-    assert len(started) == 1 and isinstance(started[0], str)  # the status line while it loads
+    # a model name that names nothing is refused before the pair in use is released (no status line); the
+    # rest once the new pair's loading has tried them
+    assert [isinstance(x, str) for x in started] == ([] if field in ("target", "draft") else [True])
 
 
 def test_a_draft_of_another_family_is_refused_at_the_draft_field(ggufs, tmp_path, capsys):
@@ -119,13 +122,24 @@ def test_the_pair_in_use_stays_usable_when_the_new_one_fails(ggufs):
     loader = loaded(ggufs)
     session = Session()
     assert isinstance(step(loader, session), StepView)
+    in_use = loader.pair
     *_, problem = list(h.load_models(loader, values(loader.models, target="/no/such/dir")))
+    assert problem.field == "target"
+    loader.wait()
+    # a name that names nothing is refused before anything is released: the same pair, the same step-through
+    assert loader.pair is in_use and loader.error is None and loader.models == choice(*ggufs)
+    again = step(loader, session)
+    assert isinstance(again, StepView) and again.status.startswith("Round 2:")
+    # a directory that exists but holds no model is refused by the loading itself: the pair in use comes back
+    empty = Path(ggufs[0]).parent.parent / "empty"
+    empty.mkdir(exist_ok=True)
+    *_, problem = list(h.load_models(loader, values(loader.models, target=str(empty))))
     assert problem.field == "target"
     loader.wait()
     assert loader.pair is not None and loader.error is None and loader.models == choice(*ggufs)
     assert (loader.pair.target_name, loader.pair.draft_name) == ggufs
     again = step(loader, session)  # on the pair loaded again: the step-through restarts and says so
-    assert isinstance(again, StepView) and "restarted from the prompt (1 round on show discarded)" in again.status
+    assert isinstance(again, StepView) and "restarted from the prompt (2 rounds on show discarded)" in again.status
     assert isinstance(step(loader, session), StepView)
 
 
