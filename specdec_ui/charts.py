@@ -27,7 +27,7 @@ PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f97316", "accept": "#a855f7", "r
 INK = "#111827"  # the page's text colour
 # Tokens that draw as specks or as nothing in a tick label, named instead: (one, several)
 NAMED = {"`": ("backtick", "backticks"), " ": ("space", "spaces"), "\n": ("newline", "newlines"), "\t": ("tab", "tabs")}
-MODEBAR_PX = 40  # plotly's upright toolbar at the right edge, with a little air: a right-hand axis stays clear of it
+MODEBAR_PX = 32  # plotly's upright toolbar at the right edge, with a little air: a right-hand axis stays clear of it
 
 
 def _layout(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", **kw) -> go.Figure:
@@ -234,7 +234,8 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
                      showgrid=False, secondary_y=True)
     fig = _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested",
                   barmode="stack", xaxis_title="round")
-    return fig.update_layout(margin_r=MODEBAR_PX)  # the right-hand axis a, clear of the toolbar
+    # the right-hand axis a, its tick labels and title (about 40 px), left of the toolbar
+    return fig.update_layout(margin_r=MODEBAR_PX + 40)
 
 
 def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:

@@ -195,8 +195,7 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 .race-row {{ display: flex; align-items: center; gap: 8px; font-size: 13px; margin: 4px 0; }}
 .race-name {{ flex: 0 0 110px; }}
 .race-bar {{ display: inline-block; height: 14px; border-radius: 2px; }}
-/* every tab a tab at any width: the row wraps (gr.Tabs(overflow_behavior="wrap")), and the chosen one
-   reads at 7:1 (gradio's accent on white was 3.7:1) */
+/* the chosen tab reads at 6.7:1 (gradio's accent on white was 3.7:1) */
 [role="tab"][aria-selected="true"] {{ color: #1d4ed8 !important; }}
 /* gradio's footer links, 1.9:1 in its pale grey: the hints' grey, 7.6:1 */
 footer, footer :is(a, button, div) {{ color: #4b5563 !important; opacity: 1 !important; }}
@@ -248,7 +247,7 @@ def build_demo(loader: Loader) -> gr.Blocks:
             form = _settings(loader)
         header = _header(loader)
         needs_models = []
-        with gr.Tabs(overflow_behavior="wrap"):
+        with gr.Tabs():
             needs_models += _step_tab(loader, session, form, sidebar)
             needs_models += _run_tab(loader, session, form, sidebar)
             needs_models += _compare_tab(loader, session, form, sidebar)
