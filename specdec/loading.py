@@ -229,10 +229,10 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, d
     per model, see :mod:`specdec.precision`) or a name; ``draft_vocab`` > 0 lets a lean draft
     score only that many ids (0: all). Loading does not depend on the decoding settings: one pair
     serves every K."""
+    dev = resolve_device(device)
     check_source(target, "target")  # a name that can load nothing, said before minutes of kernel timing
     if draft:
         check_source(draft, "draft")
-    dev = resolve_device(device)
     if dev.type == "cpu":
         report(progress, 0.0, "choosing kernels for this CPU (timed once per machine, about two minutes, then cached)")
     prec = choose(dev, precision)

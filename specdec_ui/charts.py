@@ -5,6 +5,8 @@ axis has a title, and a value of zero is drawn as such rather than as a missing 
 """
 from __future__ import annotations
 
+from itertools import groupby
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -22,6 +24,10 @@ P_COLOR, Q_COLOR, RESIDUAL_COLOR = "#ea580c", "#2563eb", "#a16207"
 VERIFIER_ONLY, SPECULATIVE, CHAIN, TREE = "verifier only", "speculative", "chain", "tree"
 RACE_COLORS = {VERIFIER_ONLY: "#6b7280", SPECULATIVE: "#2563eb", CHAIN: "#2563eb", TREE: "#7c3aed"}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f97316", "accept": "#a855f7", "rollback": "#10b981", "other": "#9ca3af"}
+INK = "#111827"  # the page's text colour
+# Tokens that draw as specks or as nothing in a tick label, named instead: (one, several)
+NAMED = {"`": ("backtick", "backticks"), " ": ("space", "spaces"), "\n": ("newline", "newlines"), "\t": ("tab", "tabs")}
+MODEBAR_PX = 32  # plotly's upright toolbar at the right edge, with a little air: a right-hand axis stays clear of it
 
 
 def _layout(fig: go.Figure, title: str, height: int = 340, subtitle: str = "", **kw) -> go.Figure:
@@ -50,9 +56,45 @@ def warm_up() -> None:
 
 
 def _label(text: str) -> str:
-    """A token as an axis label: quoted, whitespace made visible, short."""
+    """A token as an axis label: quoted, whitespace made visible, short; a token of whitespace and
+    backticks alone is named, unquoted (``3 backticks``, ``newline, 4 spaces``)."""
+    if text and set(text) <= set(NAMED):
+        named = ", ".join(NAMED[c][0] if n == 1 else f"{n} {NAMED[c][1]}"
+                          for c, n in ((c, len(list(run))) for c, run in groupby(text)))
+        return named if len(named) <= 24 else named[:23] + "…"
     shown = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→")
     return repr(shown if len(shown) <= 12 else shown[:11] + "…")
+
+
+def number(x: float) -> str:
+    """A probability or ratio as the tables print it, three decimals; one too small for them in two
+    significant figures (0.00042, never a false 0.000)."""
+    return f"{x:.2g}" if 0 < abs(x) < 0.0005 else f"{x:.3f}"
+
+
+def _luminance(color: str) -> float:
+    """WCAG relative luminance of a #rrggbb colour."""
+    def channel(v: int) -> float:
+        v /= 255
+        return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+    r, g, b = (channel(int(color[i:i + 2], 16)) for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """The WCAG contrast ratio of two #rrggbb colours."""
+    la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def on_white(color: str, opacity: float) -> str:
+    """What a fill of ``color`` at ``opacity`` looks like on the white page."""
+    return "#" + "".join(f"{round(opacity * int(color[i:i + 2], 16) + (1 - opacity) * 255):02x}" for i in (1, 3, 5))
+
+
+def text_on(fill: str) -> str:
+    """White or the page's ink, whichever reads better on ``fill`` (a saturated green takes ink: white is 3.3:1)."""
+    return max(("#ffffff", INK), key=lambda ink: contrast(ink, fill))
 
 
 def ratio_figure(rounds: list[RoundTrace]) -> go.Figure:
@@ -154,12 +196,12 @@ def distribution_figure(r: RoundTrace) -> go.Figure:
                                              line=dict(color="#ffffff", width=1))))
     fig = go.Figure(traces)
     _highlight(fig, [c.token_id for c in cands].index(pos.token_id),
-               "drafted x, not the verifier's argmax" if greedy else f"drafted x, p/q = {pos.ratio:.2f}")
+               "drafted x, not the verifier's argmax" if greedy else f"drafted x, p/q = {number(pos.ratio)}")
     title = f"Position {i + 1}: {_label(pos.text)} rejected"
     subtitle = (f"temperature 0: p and q are one-hot; {_label(r.next_token.text)}, the verifier's argmax, replaces it"
                 if greedy else
                 f"{_label(r.next_token.text)} drawn from the residual; tokens: the top of p and of q, and x<br>"
-                f"β = Σ min(p, q) = {pos.beta:.2f}: the chance a draft from q is kept here")
+                f"β = Σ min(p, q) = {number(pos.beta)}: the chance a draft from q is kept here")
     return _layout(fig, title, subtitle=subtitle, barmode="group", yaxis=dict(range=[0, 1.12], title="probability"),
                    height=400)
 
@@ -190,8 +232,10 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
     fig.update_yaxes(title_text=drafts, range=[0, max(s.k, 1) + 0.5], secondary_y=False)
     fig.update_yaxes(title_text="a", range=[0, 1.05], tickmode="array", tickvals=[0, 0.25, 0.5, 0.75, 1],
                      showgrid=False, secondary_y=True)
-    return _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested",
-                   barmode="stack", xaxis_title="round")
+    fig = _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested",
+                  barmode="stack", xaxis_title="round")
+    # the right-hand axis a, its tick labels and title (about 40 px), left of the toolbar
+    return fig.update_layout(margin_r=MODEBAR_PX + 40)
 
 
 def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
@@ -220,6 +264,7 @@ def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
                    yaxis_title="tokens per round", xaxis=dict(range=[0, 1]), yaxis=dict(range=[0, k + 1.2]))
 
 
+FAINT = 0.35  # the opacity of a bar resting on fewer than MIN_TESTED tests
 # The classes as a chart's rows: short enough for a 400 px screen (specdec.tokenkind.KIND_NAMES in full)
 KIND_ROWS = {"whitespace": "whitespace", "punctuation": "punctuation, operators", "keyword": "keywords",
              "identifier": "identifiers", "number": "numbers", "word": "prose words", "other": "other"}
@@ -237,15 +282,19 @@ def kinds_figure(sides: dict[str, tuple[KindCount, ...]]) -> go.Figure:
         per = [side[i] for side in counts]
         said = " · ".join(f"{c.kept}/{c.tested}" if c.tested else "none tested" for c in per)
         rows.append(f"{KIND_ROWS[kind]}<br>{said}")
-    # one side is green (kept) in Run and Compare alike; a bar resting on few tests is drawn faint
-    fig = go.Figure([go.Bar(y=rows, x=[c.rate or 0 for c in side], orientation="h", name=name,
-                            marker_color=RACE_COLORS.get(name, BAR[ACCEPTED]) if len(sides) > 1 else BAR[ACCEPTED],
-                            marker_opacity=[1.0 if c.tested >= MIN_TESTED else 0.35 for c in side],
-                            showlegend=len(sides) > 1,
-                            text=[f"{c.rate:.0%}" if c.tested else "" for c in side], textposition="auto",
-                            hovertemplate=[f"{name}: {KIND_ROWS[c.kind]}, {c.kept} kept of {c.tested} tested"
-                                           "<extra></extra>" for c in side])
-                     for name, side in zip(names, counts)])
+    # one side is green (kept) in Run and Compare alike; a bar resting on few tests is drawn faint, and
+    # its label, inside the bar, in the ink that reads on it
+    def bar(name: str, side: tuple[KindCount, ...]) -> go.Bar:
+        color = RACE_COLORS.get(name, BAR[ACCEPTED]) if len(sides) > 1 else BAR[ACCEPTED]
+        opacity = [1.0 if c.tested >= MIN_TESTED else FAINT for c in side]
+        return go.Bar(y=rows, x=[c.rate or 0 for c in side], orientation="h", name=name, marker_color=color,
+                      marker_opacity=opacity, showlegend=len(sides) > 1,
+                      text=[f"{c.rate:.0%}" if c.tested else "" for c in side], textposition="auto",
+                      insidetextfont=dict(color=[text_on(on_white(color, o)) for o in opacity]),
+                      outsidetextfont=dict(color=INK),
+                      hovertemplate=[f"{name}: {KIND_ROWS[c.kind]}, {c.kept} kept of {c.tested} tested"
+                                     "<extra></extra>" for c in side])
+    fig = go.Figure([bar(name, side) for name, side in zip(names, counts)])
     who = f" ({' · '.join(names)})" if len(sides) > 1 else ""
     return _layout(fig, "Drafts kept by kind of token",
                    subtitle=f"a = kept / tested per kind{who}: drafts kept over<br>drafts the rule tested (after "

@@ -3,7 +3,9 @@
 Each tab builds one component per field of its view record (:mod:`.views`) and shows a record by
 those fields. A :class:`~.views.Problem` changes nothing the page shows but the message at the
 field it concerns (the field's hint line turns into the message), an alert next to the buttons
-(where a narrow screen, whose sidebar is closed, still shows it) and the sidebar, opened.
+(where a narrow screen, whose sidebar is closed, still shows it) and the sidebar, opened. One
+message per mistake, no toast: the field is checked as it is edited, with the run's own check, and
+its message and the alerts about it go as soon as it holds a value a run takes.
 """
 from __future__ import annotations
 
@@ -13,14 +15,14 @@ from html import escape
 
 import gradio as gr
 
-from specdec import ModelChoice
+from specdec import ConfigError, ModelChoice
 
 from . import charts, figure_views, notebooks
 from . import handlers as h
 from . import rule_tab, start
 from .charts import COLORS
 from .state import (FIELD_LABELS, FIELDS, FORM, HINTS, MODEL_CHOICES, MODEL_FIELDS, MODEL_FORM, Loader, Session,
-                    form_defaults, model_values)
+                    check_field, form_defaults, model_values)
 from .views import (REAL_TREE, REAL_TREE_BUTTON, UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView,
                     StepView, legend_html, plain_html)
 
@@ -49,17 +51,22 @@ NOTEBOOK_LINES = {
 # (or, inline, struck through: <del>), resampled tokens have a dashed underline, bonus tokens a double
 # one, accepted drafts a solid one, verifier-only tokens none. Whitespace markers are CSS content: seen
 # on request, never copied.
+WRAP_INDENT = "5ch"
 PIN = ("linear-gradient(#b91c1c, #b91c1c) 50% 0 / 2px 100% no-repeat, "
        "radial-gradient(circle at 50% 3px, #b91c1c 3px, transparent 3.5px)")  # a line with a round head
 CSS = f"""
 .spec-tokens, .spec-plain {{ line-height: 1.9; white-space: pre-wrap; font-family: ui-monospace, Menlo, Consolas,
   monospace; font-size: 14px; margin: 0; color: #111827; }}
+/* a line too long for the box goes on indented by {WRAP_INDENT}, an odd indentation code seldom has: code keeps
+   its shape, and every character stays in the text (selected and copied as it is) */
+.spec-tokens, .spec-plain {{ text-indent: {WRAP_INDENT} each-line hanging; }}
 .spec-plain {{ background: #f9fafb; padding: 8px; border-radius: 6px; max-height: 360px; overflow: auto; }}
 .spec-empty {{ color: #4b5563; font-style: italic; }}
 .tok {{ color: #111827; border-radius: 3px; padding: 1px 0; text-decoration-thickness: 2px; position: relative; }}
 .tok:focus {{ outline: 3px solid #1d4ed8; outline-offset: 1px; }}
 .tok:focus::after, .tok:hover::after {{ content: attr(aria-label); position: absolute; left: 0; top: 1.7em; z-index: 20;
-  width: max-content; max-width: min(340px, 80vw); white-space: normal; background: #111827; color: #ffffff;
+  width: max-content; max-width: min(340px, 80vw); white-space: normal; text-indent: 0; background: #111827;
+  color: #ffffff;
   font: 12px/1.4 system-ui, sans-serif; padding: 4px 8px; border-radius: 4px; text-decoration: none; }}
 @media (max-width: 600px) {{  /* a phone: the story in a bar along the bottom, never cut by the screen's edge */
   .tok:focus::after, .tok:hover::after {{ position: fixed; left: 8px; right: 8px; top: auto; bottom: 8px;
@@ -234,6 +241,19 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 .cmp-grid .tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
 .cmp-grid .nl::before {{ content: "↵"; color: #6b7280; }}
 .cmp-copy-title {{ font-weight: 600; margin: 8px 0 2px 0; color: #111827; }}
+/* the chosen tab reads at 6.7:1 (gradio's accent on white was 3.7:1) */
+[role="tab"][aria-selected="true"] {{ color: #1d4ed8 !important; }}
+/* gradio's footer links, 1.9:1 in its pale grey: the hints' grey, 7.6:1 */
+footer, footer :is(a, button, div) {{ color: #4b5563 !important; opacity: 1 !important; }}
+@media (max-width: 600px) {{
+  .rule-main > .column:last-child {{ order: -1; }}  /* the Rule tab's chart and numbers, then its sliders */
+}}
+/* gradio's open sidebar on a narrow screen is 100vw wide, its close button at the right edge, over the
+   settings' scrollbar: as wide as the page beside the page's scrollbar, the button in a column of its own */
+@media (max-width: 768px) {{
+  .sidebar:not(.right) {{ width: 100% !important; left: -100% !important; }}
+  .sidebar.open:not(.right) .sidebar-content {{ margin-right: var(--size-7); padding-right: var(--size-3); }}
+}}
 """ + charts.LIVE_CSS
 # Gradio's Source Sans Pro and IBM Plex Mono at weight 600 are subsets of a few letters: a semibold
 # label ("Accept/reject") drew its "A" in one font and the rest in another. Bold (700), a whole font,
@@ -271,7 +291,7 @@ def build_demo(loader: Loader) -> gr.Blocks:
         gr.Markdown(INTRO)
         session = gr.State(lambda: Session())  # a callable: a fresh Session per browser session
         with gr.Sidebar(open=True, label="Settings") as sidebar:
-            form = _settings()
+            form = _settings(loader)
         path = start.build(EXAMPLES[0][0])
         header = _header(loader)
         needs_models = []
@@ -337,7 +357,6 @@ def _model_form(loader: Loader, timer: gr.Timer) -> list:
         hints = [gr.update(info=result.message if name == bad else HINTS[name],
                            elem_classes=["field-error"] if name == bad else []) for name in MODEL_FORM]
         if isinstance(result, Problem):
-            gr.Warning(result.message)
             return hints + ["", f"⚠ {result.message}", gr.Timer(active=True)]
         return hints + [result, "", gr.Timer(active=True)]
 
@@ -375,7 +394,7 @@ def _notebooks() -> str:
              "figures (`make test` does too)." if unrun else ""))
 
 
-def _settings() -> dict:
+def _settings(loader: Loader) -> dict:
     values = {**form_defaults(), "prompt": EXAMPLES[0][0]}
     form = {o.name: _field(o, values[o.name], o.drafters is None or values["drafter"] in o.drafters) for o in FIELDS}
     gr.Examples(EXAMPLES, [form["prompt"], form["drafter"]], label="Example prompts")
@@ -383,8 +402,8 @@ def _settings() -> dict:
     some = [o for o in FIELDS if o.drafters]  # shown with their drafters only (the tree's W and N)
     form["drafter"].change(lambda drafter: [gr.update(visible=drafter in o.drafters) for o in some], form["drafter"],
                            [form[o.name] for o in some], show_progress="hidden", queue=False)
-    for name, component in form.items():  # a fixed value loses its red message at once
-        component.input(partial(_hint, name), None, component, show_progress="hidden", queue=False)
+    for name, component in form.items():
+        component.change(partial(_checked, loader, name), component, component, **AS_EDITED)
     return form
 
 
@@ -400,8 +419,43 @@ def _field(o, value, visible: bool):
     return gr.Number(value, label=o.label, info=HINTS[o.name], visible=visible)
 
 
-def _hint(name: str):
-    return gr.update(info=HINTS.get(name), elem_classes=[])
+# A field is checked whenever its value changes (typed, an example picked, a trace restored), and
+# always its last value: a change made while the previous one is checked is checked after it.
+AS_EDITED = dict(show_progress="hidden", queue=False, trigger_mode="always_last")
+
+
+def _mistake(loader: Loader, name: str, value) -> str | None:
+    """What a run would say of this one field holding ``value``, in the same words, or None where a
+    run would take it."""
+    try:
+        h._runs(value) if name == "runs" else check_field(name, value, loader.pair)
+    except ConfigError as e:
+        return h._problem(e, {name: value}).message
+    return None
+
+
+def _hint(name: str, message: str | None = None):
+    """The line under a field: the message of its mistake, or its hint."""
+    return gr.update(info=message or HINTS.get(name), elem_classes=["field-error"] if message else [])
+
+
+def _checked(loader: Loader, name: str, value):
+    return _hint(name, _mistake(loader, name, value))
+
+
+def _alert(name: str, message: str) -> str:
+    """The pointer by a tab's buttons to a field's message."""
+    return f"⚠ {message}" + ("" if name == "runs" else " (the field is in the Settings sidebar)")
+
+
+def _follow(loader: Loader, name: str, value, about: str | None):
+    """A tab's alert and the field it is about, once field ``name`` holds ``value``: an alert about
+    that field goes when the value is one a run takes, else says the new value's mistake; an alert
+    about anything else stays."""
+    if about != name:
+        return gr.skip(), gr.skip()
+    message = _mistake(loader, name, value)
+    return (_alert(name, message), name) if message else ("", None)
 
 
 def _step_tab(loader, session, form, sidebar) -> tuple[list, gr.Checkbox]:
@@ -442,9 +496,10 @@ def _step_tab(loader, session, form, sidebar) -> tuple[list, gr.Checkbox]:
                 picker = gr.Dropdown([], value=None, label="Position to sample (the round's tested positions)",
                                      scale=3)
                 sample_b = gr.Button("Sample 10,000 times", size="sm", scale=1)
+            sample_alert = gr.Markdown(elem_classes=["spec-alert"])
             sample = {"summary": gr.Markdown(SAMPLE_INTRO),
                       "histogram": gr.Plot(visible=False, show_label=False)}
-    outputs, show = _view_outputs(StepView, view, form, alert, sidebar)
+    outputs, show = _view_outputs(StepView, view, form, alert, sidebar, loader=loader)
 
     def fill_picker(s):
         """The picker for the round on show; a sample of a round no longer on show is cleared."""
@@ -467,7 +522,7 @@ def _step_tab(loader, session, form, sidebar) -> tuple[list, gr.Checkbox]:
     real_tree_b.click(lambda: REAL_TREE, None, [form["tree_width"], form["tree_nodes"], form["confidence"]],
                       queue=False).then(stepping("draft"), [session, all_k, *form.values()],
                                         outputs).then(**refill).then(**figure)
-    sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
+    sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, sample_alert, None)
     sample_b.click(lambda s, at: sample_show(h.sample(s, at)), [session, picker], sample_outputs)
     return [*buttons.values(), real_tree_b], all_k
 
@@ -511,7 +566,7 @@ def _run_tab(loader, session, form, sidebar) -> list:
         # any file type: the handler says what is wrong with one that is not a trace
         upload = gr.File(label=FIELD_LABELS["upload"] + " (no models needed)", height=110)
         upload_message = gr.Markdown()
-    outputs, show = _view_outputs(RunView, view, form, alert, sidebar, upload_message)
+    outputs, show = _view_outputs(RunView, view, form, alert, sidebar, upload_message, loader)
     run_b.click(_streaming(show, partial(h.run, loader)), [session, *form.values()], outputs,
                 show_progress="hidden").then(None, None, None, js=SHOW_FIELD_ERROR)
     stop_b.click(h.stop, session, view["status"])
@@ -552,41 +607,51 @@ def _compare_tab(loader, session, form, sidebar) -> list:
         view["kinds"] = gr.Plot(visible=False, show_label=False)
         view["kinds_text"] = gr.Markdown()
     fields_ = {**form, "runs": runs}
-    outputs, show = _view_outputs(CompareView, view, fields_, alert, sidebar)
+    outputs, show = _view_outputs(CompareView, view, fields_, alert, sidebar, loader=loader)
 
     def listener(session_, *values):
         *form_values, n = values
         for i, result in enumerate(h.compare(loader, session_, dict(zip(FORM, form_values)), n)):
             yield show(result, first=i == 0)
     compare_b.click(listener, [session, *form.values(), runs], outputs).then(None, None, None, js=SHOW_FIELD_ERROR)
-    runs.input(partial(_hint, "runs"), None, runs, show_progress="hidden", queue=False)
+    runs.change(partial(_checked, loader, "runs"), runs, runs, **AS_EDITED)
     stop_b.click(h.stop, session, view["badge"])
     return [compare_b]
 
 
-def _view_outputs(record, components: dict, form: dict, alert, sidebar, upload_message=None):
+def _view_outputs(record, components: dict, form: dict, alert, sidebar, upload_message=None, loader=None):
     """The components of a view record in field order, then the form fields (whose hint lines carry
-    messages), the alert, the sidebar and the upload message; and the function that turns a
-    handler's result into their values."""
+    messages), the alert, the field it is about, the sidebar and the upload message; and the
+    function that turns a handler's result into their values. An alert about a field follows it as
+    it is edited: gone once the field holds a value a run takes (checked with ``loader``'s models)."""
     names = [f.name for f in fields(record)]
     assert set(components) == set(names), f"{record.__name__}: components {sorted(components)} != fields {names}"
-    extra = [c for c in (alert, sidebar, upload_message) if c is not None]
+    about = gr.State(None) if form else None  # the field the alert is about, if any
+    extra = [c for c in (alert, about, sidebar, upload_message) if c is not None]
     outputs = [components[n] for n in names] + list(form.values()) + extra
     skip = [gr.skip()] * len(names)
 
     def hints(bad: str | None = None, message: str = "") -> list:
-        return [gr.update(info=message if name == bad else HINTS.get(name),
-                          elem_classes=["field-error"] if name == bad else []) for name in form]
+        """Every field's hint (a run went through), or the message at the bad field alone: the
+        message of another mistake stays until that field is fixed."""
+        if bad is None:
+            return [_hint(name) for name in form]
+        return [_hint(name, message) if name == bad else gr.skip() for name in form]
 
-    def tail(alert_text=None, open_sidebar=False, upload_text=None) -> list:
+    def tail(alert_text=None, field=None, open_sidebar=False, upload_text=None) -> list:
         out = []
         if alert is not None:
             out.append(gr.skip() if alert_text is None else alert_text)
+        if about is not None:
+            out.append(gr.skip() if alert_text is None else field)
         if sidebar is not None:
             out.append(gr.Sidebar(open=True) if open_sidebar else gr.skip())
         if upload_message is not None:
             out.append(gr.skip() if upload_text is None else upload_text)
         return out
+
+    for name, component in form.items():
+        component.change(partial(_follow, loader, name), [component, about], [alert, about], **AS_EDITED)
 
     def values_of(result) -> list:
         values = []
@@ -611,12 +676,11 @@ def _view_outputs(record, components: dict, form: dict, alert, sidebar, upload_m
         if result is None:
             return [gr.skip()] * len(outputs)
         if isinstance(result, Problem):
-            gr.Warning(result.message)
             if result.field == "upload" and upload_message is not None:
                 return skip + [gr.skip()] * len(form) + tail(upload_text=f"**Could not replay:** {result.message}")
             if result.field in form:
-                where = "" if result.field == "runs" else " (the field is in the Settings sidebar)"
-                return skip + hints(result.field, result.message) + tail(f"⚠ {result.message}{where}", True)
+                return skip + hints(result.field, result.message) + tail(
+                    _alert(result.field, result.message), result.field, open_sidebar=result.field in FORM)
             return skip + [gr.skip()] * len(form) + tail(f"⚠ {result.message}")
         if isinstance(result, Replayed):
             restored = [gr.update(value=result.form[name], info=HINTS.get(name), elem_classes=[])

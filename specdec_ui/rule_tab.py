@@ -86,13 +86,41 @@ def shown(label: str) -> str:
     return "all other tokens" if label == OTHER else charts._label(label)
 
 
+def weight_name(letter: str, label: str) -> str:
+    """A weight's slider label, and the field its messages name: ``p('mat')``."""
+    return f"{letter}({shown(label)})"
+
+
+def slider_names(labels) -> list[str | None]:
+    """The fields the sliders hold, in their order on the page: the p sliders, the q sliders (None for a
+    row not shown), then K."""
+    return [weight_name(letter, labels[i]) if i < len(labels) else None
+            for letter in "pq" for i in range(SLOTS)] + ["K"]
+
+
+def slider_messages(result, labels, before: str | None) -> tuple[list, str | None]:
+    """Each slider's message line after ``result``: the message of the slider a Problem names, the
+    slider ``before`` (the one that had the message) back to none, the rest left as they are; and
+    the slider that now has one."""
+    now = result.field if isinstance(result, Problem) and result.field in slider_names(labels) else None
+    out = []
+    for name in slider_names(labels):
+        if name is not None and name == now:
+            out.append(gr.update(info=result.message, elem_classes=["field-error"]))
+        elif name is not None and name == before:
+            out.append(gr.update(info=None, elem_classes=[]))
+        else:
+            out.append(gr.skip())
+    return out, now
+
+
 def read(labels, p_weights, q_weights) -> tuple[torch.Tensor, torch.Tensor] | Problem:
     """The sliders' weights as (C,) p and q, each divided by its total; a Problem names the first bad one."""
     out = []
     for letter, role, weights in (("p", "verifier", p_weights), ("q", "draft", q_weights)):
         values = list(weights)[:len(labels)]
         for label, w in zip(labels, values):
-            field = f"{letter}({shown(label)})"
+            field = weight_name(letter, label)
             if w is None or (isinstance(w, float) and math.isnan(w)):
                 return Problem(f"{field} is empty: enter a weight from 0 to 100.", field)
             if not 0 <= w <= 100:
@@ -260,8 +288,11 @@ def _slider_updates(w: Weights) -> list:
     """The rows shown, then the p sliders, then the q sliders, for weights ``w``."""
     n = len(w.labels)
     rows = [gr.update(visible=i < n) for i in range(SLOTS)]
-    ps = [gr.update(value=w.p[i], label=f"p({shown(w.labels[i])})") if i < n else gr.update() for i in range(SLOTS)]
-    qs = [gr.update(value=w.q[i], label=f"q({shown(w.labels[i])})") if i < n else gr.update() for i in range(SLOTS)]
+    good = dict(info=None, elem_classes=[])  # weights that load are good ones: no slider keeps a message
+    ps = [gr.update(value=w.p[i], label=weight_name("p", w.labels[i]), **good) if i < n else gr.update(**good)
+          for i in range(SLOTS)]
+    qs = [gr.update(value=w.q[i], label=weight_name("q", w.labels[i]), **good) if i < n else gr.update(**good)
+          for i in range(SLOTS)]
     return rows + ps + qs
 
 
@@ -280,17 +311,17 @@ def build(session, tab_id: str) -> None:
             load_b = gr.Button("This position of the current real round", size="sm", scale=1, min_width=160)
         note = gr.Markdown(NOTES["example"])
         alert = gr.Markdown(elem_classes=["spec-alert"])
-        with gr.Row():
+        with gr.Row(elem_classes=["rule-main"]):  # a narrow screen shows the chart and numbers first (CSS)
             with gr.Column(min_width=320):
                 gr.Markdown(WEIGHTS, elem_classes=["spec-note"])
                 rows, ps, qs = [], [], []
                 for i in range(SLOTS):
                     on = i < len(labels0)
                     with gr.Row(visible=on) as row:
-                        ps.append(_slider(0, 100, p0[i] if on else 0, 0.1, f"p({shown(labels0[i])})" if on else "p",
-                                          min_width=150))
-                        qs.append(_slider(0, 100, q0[i] if on else 0, 0.1, f"q({shown(labels0[i])})" if on else "q",
-                                          min_width=150))
+                        ps.append(_slider(0, 100, p0[i] if on else 0, 0.1,
+                                          weight_name("p", labels0[i]) if on else "p", min_width=150))
+                        qs.append(_slider(0, 100, q0[i] if on else 0, 0.1,
+                                          weight_name("q", labels0[i]) if on else "q", min_width=150))
                     rows.append(row)
             with gr.Column(min_width=320):
                 view = {"overlap": gr.Plot(first.overlap, show_label=False, min_width=300),
@@ -311,32 +342,39 @@ def build(session, tab_id: str) -> None:
         histogram = gr.Plot(visible=False, show_label=False)
 
     names = ["numbers", "overlap", "rounds", "k_chart"]
+    bad = gr.State(None)  # the slider whose message is on show
     outputs = [view[name] for name in names] + [alert]
     weights = [labels, *ps, *qs]
+    marked = [*ps, *qs, k, bad]  # the sliders' message lines, and which one has a message
 
     def show(result) -> list:
         if isinstance(result, Problem):
             return [gr.skip()] * len(names) + [f"⚠ {result.message}"]
         return [getattr(result, name) for name in names] + [""]
 
-    def on_input(labels_, *values):  # the p sliders, the q sliders, then K
-        return show(live(labels_, values[:SLOTS], values[SLOTS:2 * SLOTS], values[-1]))
+    def on_input(labels_, *values):  # the p sliders, the q sliders, K, then the slider with a message
+        result = live(labels_, values[:SLOTS], values[SLOTS:2 * SLOTS], values[2 * SLOTS])
+        messages, now = slider_messages(result, labels_, values[-1])
+        return show(result) + messages + [now]
 
     stale = [SAMPLE_INTRO, gr.update(value=None, visible=False)]  # a sample of a p and q no longer on show
 
     def loaded(w: Weights | Problem, k_) -> list:
         if isinstance(w, Problem):
-            return [gr.skip()] * (2 + 3 * SLOTS) + show(w) + [gr.skip()] * 2
-        return [w.labels, *_slider_updates(w), w.note] + show(live(w.labels, w.p, w.q, k_)) + stale
+            return [gr.skip()] * (2 + 3 * SLOTS) + show(w) + [gr.skip()] * 3
+        result = live(w.labels, w.p, w.q, k_)  # the weights are good: only K can be wrong, and keeps its message
+        return [w.labels, *_slider_updates(w), w.note] + show(result) + stale + [
+            "K" if isinstance(result, Problem) else None]
 
-    loaded_outputs = [labels, *rows, *ps, *qs, note] + outputs + [summary, histogram]
+    loaded_outputs = [labels, *rows, *ps, *qs, note] + outputs + [summary, histogram, bad]
     quiet = dict(show_progress="hidden", trigger_mode="always_last")
     for slider in (*ps, *qs, k):  # release: also after the box clamps a typed value on leaving it
         for event in (slider.input, slider.release):
             if slider is k:
-                event(on_input, [*weights, k], outputs, **quiet)
+                event(on_input, [*weights, k, bad], outputs + marked, **quiet)
             else:
-                event(lambda *v: on_input(*v) + stale, [*weights, k], outputs + [summary, histogram], **quiet)
+                event(lambda *v: on_input(*v) + stale, [*weights, k, bad], outputs + marked + [summary, histogram],
+                      **quiet)
     for name, button in buttons.items():
         button.click(lambda labels_, k_, *p_w, name=name: loaded(preset(name, labels_, p_w), k_),
                      [labels, k, *ps], loaded_outputs, show_progress="hidden")

@@ -92,6 +92,15 @@ def parse_form(form: dict, pair=None) -> RunSettings:
     return settings
 
 
+def check_field(name: str, value, pair=None) -> None:
+    """The check a run makes of one form field: ConfigError with the message :func:`parse_form` would
+    raise for ``name`` holding ``value`` (its length in tokens only with a ``pair``). The other
+    fields hold values that pass (the defaults, a one-character prompt, a drafter that reads ``name``)."""
+    o = FIELDS[FORM.index(name)]
+    reader = {"drafter": o.drafters[0]} if o.drafters else {}
+    parse_form({**form_defaults(), "prompt": "?", **reader, name: value}, pair)
+
+
 def changes(old: RunSettings, new: RunSettings) -> list[str]:
     """The form fields whose values differ, and the models, by their labels on the screen."""
     a, b = old.to_dict(), new.to_dict()

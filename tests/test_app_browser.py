@@ -681,3 +681,117 @@ def test_two_sessions_stepping_at_once_keep_separate_state(browser, url, artifac
     finally:
         a.context.close()
         b.context.close()
+
+
+ALERT = ".block.spec-alert"  # the alert by a tab's buttons (its prose inside has the class too)
+# Where each line of a text box starts, in characters from its left edge, and whether a line break
+# ("\n") ends the line before it: a soft-wrapped line is one whose previous line ended without one.
+LINE_STARTS = """box => {
+  const left = box.getBoundingClientRect().left + parseFloat(getComputedStyle(box).paddingLeft);
+  const walker = document.createTreeWalker(box, NodeFilter.SHOW_TEXT), range = document.createRange();
+  const lines = []; let broke = true, top = null;
+  for (let node = walker.nextNode(); node; node = walker.nextNode())
+    for (let i = 0; i < node.length; i++) {
+      const ch = node.data[i];
+      if (ch === '\\n') { broke = true; continue; }
+      range.setStart(node, i); range.setEnd(node, i + 1);
+      const r = range.getClientRects()[0];
+      if (!r || r.width === 0) continue;
+      if (top === null || r.top > top + r.height / 2) { lines.push({x: r.left - left, soft: !broke, ch: r.width}); top = r.top; }
+      broke = false;
+    }
+  return lines; }"""
+
+
+def test_a_fixed_field_clears_its_message_and_every_alert_about_it_with_no_toast(page, artifacts):
+    prompt, top_p = page.get_by_role("textbox", name=re.compile(r"^Prompt")), page.get_by_label("Top-p")
+    page.get_by_role("tab", name="Run").click()
+    fill(page, temperature=0.8)
+    top_p.fill("1.5")
+    said = "Top-p must be a number in (0, 1] (got 1.5)."
+    at_field = page.locator(".field-error").get_by_text(said)
+    expect(at_field).to_be_visible()                                   # checked as it is typed, in the run's words
+    page.get_by_role("button", name="Run", exact=True).click()
+    alert = page.locator(ALERT).filter(has_text=said)
+    expect(alert).to_be_visible()                                      # the pointer by the buttons
+    page.get_by_role("tab", name="Step through").click()
+    page.get_by_role("button", name="Step round").click()
+    expect(page.locator(ALERT).filter(has_text=said)).to_have_count(2)
+    expect(at_field).to_have_count(1)                                  # one message at the field, not one per press
+    expect(page.locator(".toast-body")).to_have_count(0)               # no toasts piling up
+    page.screenshot(path=artifacts / "app-message-shown.png")
+    top_p.fill("2.5")                                                  # still wrong: the message follows the value
+    expect(page.locator(".field-error").get_by_text("Top-p must be a number in (0, 1] (got 2.5).")).to_be_visible()
+    expect(page.locator(ALERT).filter(has_text="(got 2.5)")).to_have_count(2)
+    top_p.fill("1")                                                    # fixed: every message about it goes
+    expect(page.locator(".field-error")).to_have_count(0)
+    expect(page.locator(ALERT).filter(has_text="Top-p")).to_have_count(0)
+    expect(page.get_by_text(re.compile(r"^sample among the fewest most likely tokens"))).to_be_visible()  # the hint
+    prompt.fill("")
+    page.get_by_role("button", name="Step round").click()
+    expect(page.locator(ALERT).filter(has_text="Prompt must be a non-empty string.")).to_be_visible()
+    prompt.fill(FIB)
+    expect(page.locator(".field-error")).to_have_count(0)
+    expect(page.locator(ALERT).filter(has_text="Prompt")).to_have_count(0)
+    page.screenshot(path=artifacts / "app-message-fixed.png")
+
+
+def test_a_rule_slider_shows_its_message_until_it_holds_a_good_weight(page, artifacts):
+    page.get_by_role("tab", name="Rule").click()
+    box = page.get_by_label("number input for q('mat')")
+    box.fill("150")
+    box.press("Tab")
+    said = "q('mat') must be a weight from 0 to 100 (got 150)."
+    expect(page.locator(".field-error").get_by_text(said)).to_be_visible()   # at the slider
+    expect(page.locator(ALERT).get_by_text("⚠ " + said)).to_be_visible()
+    page.screenshot(path=artifacts / "app-rule-message.png")
+    box.fill("30")
+    box.press("Tab")
+    expect(page.locator(".field-error")).to_have_count(0)
+    expect(page.locator(ALERT).filter(has_text="q('mat')")).to_have_count(0)
+
+
+def test_at_400_px_the_sidebar_closes_clear_and_small_things_read(browser, url, artifacts):
+    pg = open_app(browser, url, PHONE)
+    try:
+        assert pg.locator('[role="tab"][aria-selected="true"]').first.evaluate(CONTRAST) >= 4.5
+        footer = [e for e in pg.locator("footer a, footer button").all() if e.is_visible()]
+        assert footer and all(e.evaluate(CONTRAST) >= 4.5 for e in footer)
+        toggle = pg.get_by_role("button", name="Toggle Sidebar")
+        toggle.click()
+        pg.wait_for_timeout(600)
+        box, content = toggle.bounding_box(), pg.locator(".sidebar-content").bounding_box()
+        width = pg.evaluate("document.documentElement.clientWidth")
+        assert box["x"] + box["width"] <= width and box["x"] >= content["x"] + content["width"] - 0.5  # beside
+        pg.screenshot(path=artifacts / "app-sidebar-400px.png")
+        toggle.click()
+        pg.get_by_role("tab", name="Rule").click()
+        chart = pg.locator(".js-plotly-plot").first
+        expect(chart).to_be_visible()
+        assert chart.bounding_box()["y"] < pg.get_by_label("number input for p('mat')").bounding_box()["y"]
+        pg.screenshot(path=artifacts / "app-rule-top-400px.png")
+        pg.get_by_role("tab", name="Run").click()
+        pg.get_by_role("button", name="Toggle Sidebar").click()
+        fill(pg, max_new_tokens=40)
+        pg.get_by_role("button", name="Toggle Sidebar").click()
+        pg.get_by_role("button", name="Run", exact=True).click()
+        expect(pg.get_by_text(re.compile(r"^Finished \("))).to_be_visible()
+        text = [t for t in pg.locator(".spec-tokens").all() if t.is_visible()][0]
+        lines = text.evaluate(LINE_STARTS)
+        soft = [line for line in lines if line["soft"]]
+        assert soft, lines                                            # something wrapped at 400 px
+        assert all(line["x"] >= 5 * line["ch"] - 1 for line in soft), soft  # a wrapped line goes on indented
+        token = tokens(pg)[0]
+        token.focus()                                                 # its story box is not indented
+        assert token.evaluate("e => getComputedStyle(e, '::after').textIndent") == "0px"
+        plot = pg.locator(".js-plotly-plot").filter(has=pg.locator(".g-y2title"))
+        plot.scroll_into_view_if_needed()
+        plot.hover()
+        bar = plot.locator(".modebar").bounding_box()
+        for label in plot.locator(".g-y2title text, .y2tick text").all():
+            b = label.bounding_box()
+            assert not _meet({"x": b["x"], "y": b["y"], "w": b["width"], "h": b["height"]},
+                             {"x": bar["x"], "y": bar["y"], "w": bar["width"], "h": bar["height"]}), label.text_content()
+        pg.screenshot(path=artifacts / "app-run-wrapped-400px.png", full_page=True)
+    finally:
+        pg.context.close()

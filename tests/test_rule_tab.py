@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from html import unescape
 
+import gradio as gr
 import pytest
 import torch
 
@@ -179,3 +180,19 @@ def test_the_real_round_preset_loads_a_tested_position_lumped_or_says_there_is_n
 def test_a_bad_k_gives_a_message_naming_it(k):
     result = rt.live(LABELS, P, Q, k)
     assert isinstance(result, Problem) and result.field == "K" and result.message.startswith("K must be a whole number")
+
+
+def test_a_slider_shows_its_own_message_until_it_holds_a_good_weight():
+    bad = rt.live(LABELS, P, (25, -3, 10, 15, 5, 15), 4)
+    marks, now = rt.slider_messages(bad, LABELS, None)
+    names = rt.slider_names(LABELS)
+    at = names.index("q('floor')")
+    assert now == "q('floor')" and marks[at]["info"] == bad.message and marks[at]["elem_classes"] == ["field-error"]
+    assert all(m == gr.skip() for i, m in enumerate(marks) if i != at)   # one message, at its slider
+    marks, now = rt.slider_messages(rt.live(LABELS, P, Q, 4), LABELS, "q('floor')")
+    assert now is None and marks[at] == gr.update(info=None, elem_classes=[])  # fixed: the message goes
+    worse = rt.live(LABELS, P, Q, 40)                                          # another slider's mistake
+    marks, now = rt.slider_messages(worse, LABELS, "q('floor')")
+    assert now == "K" and marks[-1]["info"] == worse.message and marks[at]["info"] is None
+    everything = rt.live(LABELS, (0,) * 6, Q, 4)                             # no one slider: the alert alone
+    assert rt.slider_messages(everything, LABELS, None) == ([gr.skip()] * len(names), None)

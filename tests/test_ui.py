@@ -1037,3 +1037,58 @@ def test_a_tree_round_with_room_for_one_token_is_a_plain_step(tree_loader):
     view = step(tree_loader, "step", s, tree_form(max_new_tokens=1))
     assert len(s.walk.shown.tree.nodes) == 1 and s.walk.shown.next_kind == "plain"
     assert "nothing was drafted" in view.tests and tree_kinds(view)["plain"] == 1 and NAMES["plain"] in view.tree
+
+
+@pytest.mark.parametrize("field,value", [
+    ("k", 0), ("k", None), ("k", 2.5), ("temperature", 1e-45), ("top_k", -1), ("top_p", 1.5), ("seed", -1),
+    ("max_new_tokens", 3.5), ("prompt", "  "), ("confidence", 1.0), ("draft_noise", None)])
+def test_a_field_is_checked_alone_with_the_runs_own_check_and_words(loader, field, value):
+    from specdec_ui.layout import _mistake
+    problem = step(loader, "step", Session(), form(**{field: value}))
+    assert _mistake(loader, field, value) == problem.message            # the run's message, word for word
+    assert _mistake(loader, field, form()[field]) is None               # a value a run takes: no message
+
+
+def test_the_field_check_covers_the_tree_fields_the_runs_and_the_prompts_length(loader, monkeypatch):
+    import specdec_ui.state
+    from specdec_ui.layout import _mistake
+    assert _mistake(loader, "tree_width", 9).startswith("Tree width W (0 = this machine's choice) must be an integer")
+    assert _mistake(loader, "tree_width", 2) is None
+    (runs,) = list(h.compare(loader, Session(), form(), 6))
+    assert _mistake(loader, "runs", 6) == runs.message and _mistake(loader, "runs", 2.0) is None
+    monkeypatch.setattr(specdec_ui.state, "APP_PROMPT_TOKENS", 16)
+    long = step(loader, "step", Session(), form(prompt=" ".join(["w1"] * 17)))
+    assert _mistake(loader, "prompt", " ".join(["w1"] * 17)) == long.message
+    assert _mistake(loader, "prompt", " ".join(["w1"] * 16)) is None
+
+
+def test_a_message_and_the_alerts_about_it_go_once_the_field_holds_a_good_value(loader):
+    import gradio as gr
+    from specdec_ui.layout import _checked, _follow
+    from specdec_ui.state import HINTS
+    bad, fixed = _checked(loader, "top_p", 1.5), _checked(loader, "top_p", 1.0)
+    assert bad["elem_classes"] == ["field-error"] and bad["info"] == "Top-p must be a number in (0, 1] (got 1.5)."
+    assert fixed["elem_classes"] == [] and fixed["info"] == HINTS["top_p"]
+    alert, about = _follow(loader, "top_p", 2.0, "top_p")              # another bad value: the alert says it
+    assert about == "top_p" and alert.startswith("⚠ Top-p must be a number in (0, 1] (got 2.0).")
+    assert _follow(loader, "top_p", 1.0, "top_p") == ("", None)         # fixed: the alert goes
+    assert _follow(loader, "top_p", 1.0, "k") == (gr.skip(), gr.skip())  # an alert about another field stays
+
+
+def test_a_token_of_backticks_or_whitespace_is_named_on_an_axis_and_small_numbers_keep_their_figures():
+    assert [charts._label(t) for t in ("```", " ", "\n    ", "\t\t", "def", " x")] == [
+        "3 backticks", "space", "newline, 4 spaces", "2 tabs", "'def'", "'·x'"]
+    assert len(charts._label("\n " * 20)) == 24                                  # still short
+    assert [charts.number(x) for x in (0.0042, 0.00042, 0.5, 0.0)] == ["0.004", "0.00042", "0.500", "0.000"]
+
+
+def test_a_bars_label_is_in_the_ink_that_reads_on_it_and_the_right_axis_clears_the_toolbar(pair):
+    from specdec.tokenkind import KindCount
+    counts = (KindCount("whitespace", 10, 10), KindCount("punctuation", 1, 2), KindCount("keyword", 0, 0))
+    for sides in ({"speculative": counts}, {charts.CHAIN: counts, charts.TREE: counts}):
+        for bar in charts.kinds_figure(sides).data:
+            fills = [charts.on_white(bar.marker.color, o) for o in bar.marker.opacity]
+            assert all(charts.contrast(ink, fill) >= 4.5 for ink, fill in zip(bar.insidetextfont.color, fills))
+            assert charts.contrast(bar.outsidetextfont.color, "#ffffff") >= 4.5
+    rounds = generation(pair).rounds
+    assert charts.acceptance_figure(rounds).layout.margin.r >= charts.MODEBAR_PX
