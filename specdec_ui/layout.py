@@ -241,6 +241,9 @@ button:focus-visible, [role="tab"]:focus-visible {{ outline: 3px solid #111827 !
 .cmp-grid .tab::before {{ content: "→"; position: absolute; left: 0; color: #6b7280; }}
 .cmp-grid .nl::before {{ content: "↵"; color: #6b7280; }}
 .cmp-copy-title {{ font-weight: 600; margin: 8px 0 2px 0; color: #111827; }}
+/* at 400 px gradio's roomy tab padding pushed Compare (and after a resize, Rule) into a "More tabs" menu: the
+   four tabs fit as tabs with less (gradio measures its hidden copy of the row, which this narrows too) */
+@media (max-width: 600px) {{ .tab-container button {{ padding-left: 8px !important; padding-right: 8px !important; }} }}
 /* the chosen tab reads at 6.7:1 (gradio's accent on white was 3.7:1) */
 [role="tab"][aria-selected="true"] {{ color: #1d4ed8 !important; }}
 /* gradio's footer links, 1.9:1 in its pale grey: the hints' grey, 7.6:1 */

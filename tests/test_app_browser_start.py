@@ -97,3 +97,18 @@ def test_the_first_round_at_the_defaults_drafts_several_tokens_and_the_path_stay
         expect(pg.get_by_role("button", name=STEPS[0])).to_be_visible()
     finally:
         pg.context.close()
+
+
+def test_the_four_tabs_stay_tabs_at_400_px_and_after_a_resize(browser, url):  # noqa: F811
+    pg = browser.new_context(viewport=LAPTOP).new_page()
+    try:
+        pg.goto(url)
+        expect(pg.get_by_text("Ready:")).to_be_visible()
+        for width in (PHONE["width"], 360, LAPTOP["width"], PHONE["width"]):  # gradio re-measures on each resize
+            pg.set_viewport_size({"width": width, "height": 850})
+            pg.wait_for_timeout(800)
+            for name in ("Rule", "Step through", "Run", "Compare"):
+                expect(pg.get_by_role("tab", name=name, exact=True)).to_be_visible()
+            expect(pg.get_by_role("button", name="More tabs")).to_have_count(0)
+    finally:
+        pg.context.close()
