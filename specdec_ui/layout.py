@@ -298,13 +298,13 @@ def build_demo(loader: Loader) -> gr.Blocks:
         path = start.build(EXAMPLES[0][0])
         header = _header(loader)
         needs_models = []
-        with gr.Tabs(selected=start.RULE) as tabs:  # in the order of the lesson
+        with gr.Tabs():  # in the order of the lesson
             rule_tab.build(session, start.RULE)
             step_buttons, all_k = _step_tab(loader, session, form, sidebar)
             needs_models += step_buttons
             needs_models += _run_tab(loader, session, form, sidebar)
             needs_models += _compare_tab(loader, session, form, sidebar)
-        start.wire(demo, *path, tabs, form, all_k)
+        start.wire(demo, *path, form, all_k)
         _poll_loading(demo, loader, header, needs_models)
         demo.load(None, None, None, js=CLOSE_SIDEBAR_WHEN_NARROW)
     return demo
@@ -463,6 +463,7 @@ def _follow(loader: Loader, name: str, value, about: str | None):
 
 def _step_tab(loader, session, form, sidebar) -> tuple[list, gr.Checkbox]:
     with gr.Tab("Step through", id=start.STEP):
+        about = gr.State(None)  # the field the alert is about: a state inside its tab (one beside the tabs broke them)
         with gr.Column(elem_classes=["spec-controls"], elem_id="step-controls"):
             with gr.Row():
                 buttons = {a: gr.Button(label, min_width=80, size="md", scale=scale, elem_classes=["step-b"])
@@ -502,7 +503,7 @@ def _step_tab(loader, session, form, sidebar) -> tuple[list, gr.Checkbox]:
             sample_alert = gr.Markdown(elem_classes=["spec-alert"])
             sample = {"summary": gr.Markdown(SAMPLE_INTRO),
                       "histogram": gr.Plot(visible=False, show_label=False)}
-    outputs, show = _view_outputs(StepView, view, form, alert, sidebar, loader=loader)
+    outputs, show = _view_outputs(StepView, view, form, alert, sidebar, loader=loader, about=about)
 
     def fill_picker(s):
         """The picker for the round on show; a sample of a round no longer on show is cleared."""
@@ -549,6 +550,7 @@ def _text_views(prefix: str) -> tuple:
 
 def _run_tab(loader, session, form, sidebar) -> list:
     with gr.Tab("Run", id=start.RUN):
+        about = gr.State(None)
         with gr.Row():
             run_b = gr.Button("Run", variant="primary", min_width=90)
             stop_b = gr.Button("Stop run", variant="stop", min_width=90)
@@ -569,7 +571,7 @@ def _run_tab(loader, session, form, sidebar) -> list:
         # any file type: the handler says what is wrong with one that is not a trace
         upload = gr.File(label=FIELD_LABELS["upload"] + " (no models needed)", height=110)
         upload_message = gr.Markdown()
-    outputs, show = _view_outputs(RunView, view, form, alert, sidebar, upload_message, loader)
+    outputs, show = _view_outputs(RunView, view, form, alert, sidebar, upload_message, loader, about)
     run_b.click(_streaming(show, partial(h.run, loader)), [session, *form.values()], outputs,
                 show_progress="hidden").then(None, None, None, js=SHOW_FIELD_ERROR)
     stop_b.click(h.stop, session, view["status"])
@@ -579,6 +581,7 @@ def _run_tab(loader, session, form, sidebar) -> list:
 
 def _compare_tab(loader, session, form, sidebar) -> list:
     with gr.Tab("Compare", id=start.COMPARE):
+        about = gr.State(None)
         with gr.Row():  # at 400 px the buttons share a line under the field, each wide enough for its label
             runs = gr.Number(1, label=FIELD_LABELS["runs"], info=HINTS["runs"], min_width=200)
             compare_b = gr.Button("Run both", variant="primary", min_width=130)
@@ -610,7 +613,7 @@ def _compare_tab(loader, session, form, sidebar) -> list:
         view["kinds"] = gr.Plot(visible=False, show_label=False)
         view["kinds_text"] = gr.Markdown()
     fields_ = {**form, "runs": runs}
-    outputs, show = _view_outputs(CompareView, view, fields_, alert, sidebar, loader=loader)
+    outputs, show = _view_outputs(CompareView, view, fields_, alert, sidebar, loader=loader, about=about)
 
     def listener(session_, *values):
         *form_values, n = values
@@ -622,14 +625,13 @@ def _compare_tab(loader, session, form, sidebar) -> list:
     return [compare_b]
 
 
-def _view_outputs(record, components: dict, form: dict, alert, sidebar, upload_message=None, loader=None):
+def _view_outputs(record, components: dict, form: dict, alert, sidebar, upload_message=None, loader=None, about=None):
     """The components of a view record in field order, then the form fields (whose hint lines carry
     messages), the alert, the field it is about, the sidebar and the upload message; and the
     function that turns a handler's result into their values. An alert about a field follows it as
     it is edited: gone once the field holds a value a run takes (checked with ``loader``'s models)."""
     names = [f.name for f in fields(record)]
     assert set(components) == set(names), f"{record.__name__}: components {sorted(components)} != fields {names}"
-    about = gr.State(None) if form else None  # the field the alert is about, if any
     extra = [c for c in (alert, about, sidebar, upload_message) if c is not None]
     outputs = [components[n] for n in names] + list(form.values()) + extra
     skip = [gr.skip()] * len(names)

@@ -303,6 +303,7 @@ def build(session, tab_id: str) -> None:
     with gr.Tab("Rule", id=tab_id) as tab:
         gr.Markdown(INTRO)
         labels = gr.State(labels0)
+        bad = gr.State(None)  # the slider whose message is on show (a state beside the tabs broke gradio's tab row)
         with gr.Row():
             buttons = {name: gr.Button(words, size="sm", min_width=120) for name, words in PRESETS.items()}
         with gr.Row(equal_height=True):
@@ -342,7 +343,6 @@ def build(session, tab_id: str) -> None:
         histogram = gr.Plot(visible=False, show_label=False)
 
     names = ["numbers", "overlap", "rounds", "k_chart"]
-    bad = gr.State(None)  # the slider whose message is on show
     outputs = [view[name] for name in names] + [alert]
     weights = [labels, *ps, *qs]
     marked = [*ps, *qs, k, bad]  # the sliders' message lines, and which one has a message

@@ -71,16 +71,21 @@ def build(prompt: str) -> tuple[gr.Accordion, list[tuple[Step, gr.Button]]]:
     return block, buttons
 
 
-def wire(demo: gr.Blocks, block: gr.Accordion, buttons, tabs: gr.Tabs, form: dict, all_k: gr.Checkbox) -> None:
-    """Each button opens its tab and sets the form; the accordion's state is kept in the browser."""
-    for s, b in buttons:
-        fields = [form[name] for name in FORM] if s.settings else []
-        outputs = [tabs, *fields] + ([all_k] if s.tab == STEP else [])
+# Opens a tab as a click on it would: an update of gr.Tabs' selected tab drew gradio's tab row twice.
+OPEN_TAB = "() => document.querySelector('[role=tab][data-tab-id=\"{tab}\"]')?.click()"
 
-        def go(s=s):
-            values = [s.settings[name] for name in FORM] if s.settings else []
-            return [gr.Tabs(selected=s.tab), *values] + ([s.all_k] if s.tab == STEP else [])
-        b.click(go, None, outputs, show_progress="hidden", queue=False)
+
+def wire(demo: gr.Blocks, block: gr.Accordion, buttons, form: dict, all_k: gr.Checkbox) -> None:
+    """Each button sets the form and opens its tab; the accordion's state is kept in the browser."""
+    for s, b in buttons:
+        opened = OPEN_TAB.format(tab=s.tab)
+        if s.settings is None:
+            b.click(None, None, None, js=opened)
+            continue
+        values = [s.settings[name] for name in FORM] + ([s.all_k] if s.tab == STEP else [])
+        outputs = [form[name] for name in FORM] + ([all_k] if s.tab == STEP else [])
+        b.click(lambda values=values: values, None, outputs, show_progress="hidden", queue=False).then(
+            None, None, None, js=opened)
     for event, state in ((block.expand, "open"), (block.collapse, "closed")):
         event(None, None, None, js=f"() => localStorage.setItem('{REMEMBERED}', '{state}')")
     demo.load(None, None, None, js=CLOSE_IF_CLOSED_BEFORE)

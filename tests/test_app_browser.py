@@ -219,7 +219,7 @@ def test_the_keyboard_reaches_the_step_buttons_by_the_start_here_path(browser, u
         raise AssertionError(f"{words!r} not reached in {most} presses of Tab")
     tab_to("2 · One real round", 6)
     page.keyboard.press("Enter")                                   # opens Step through
-    tab_to("Draft", 12)
+    tab_to("Draft", 40)
     outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert outline == "solid"                                     # a visible focus ring on the buttons
     page.keyboard.press("Enter")

@@ -1092,3 +1092,13 @@ def test_a_bars_label_is_in_the_ink_that_reads_on_it_and_the_right_axis_clears_t
             assert charts.contrast(bar.outsidetextfont.color, "#ffffff") >= 4.5
     rounds = generation(pair).rounds
     assert charts.acceptance_figure(rounds).layout.margin.r >= charts.MODEBAR_PX
+
+
+def test_every_child_of_the_pages_tabs_is_a_tab():
+    """A state made beside the tabs (inside gr.Tabs, outside every gr.Tab) drew a tab's label twice in the row."""
+    import gradio as gr
+    from specdec_ui.layout import build_demo
+    demo = build_demo(Loader(ModelChoice()))
+    tabs = [b for b in demo.blocks.values() if isinstance(b, gr.Tabs)]
+    assert len(tabs) == 1 and [c.label for c in tabs[0].children] == ["Rule", "Step through", "Run", "Compare"]
+    assert all(isinstance(c, gr.Tab) for c in tabs[0].children)
