@@ -337,12 +337,26 @@ def replay(session: Session, path: str | None) -> Replayed | Problem | None:
     except (OSError, ValueError) as e:  # ConfigError is a ValueError: settings no run could have had
         return Problem(f"{name}: {e}. The view above is unchanged.", "upload")
     session.replay = trace
+    session.restart(settings, Replay(trace))  # the step-through switches to it now, not at the next press
     s = trace.settings
     where = ", ".join(f"{k} {s[k]}" for k in ("target", "device", "precision") if s.get(k))
     view = run_view(list(trace.rounds), trace.prefill_s,
                     f"Replayed a trace of {len(trace.rounds)} rounds ({where}); prompt: {s.get('prompt')!r}. Its "
                     "settings are in the sidebar; the Step through tab steps through it round by round.")
     return Replayed(view, form_values(settings))
+
+
+def replayed_step(session: Session, path: str | None) -> StepView | None:
+    """The Step through tab once ``path`` is replayed: the trace, none of its rounds stepped yet; None (the tab
+    left as it is) when the upload was refused or the tab steps something else."""
+    gen, walk = session.gen, session.walk
+    if not path or not isinstance(gen, Replay) or gen.trace is not session.replay or walk.shown is not None:
+        return None
+    settings = session.settings
+    status = (f"Replaying {os.path.basename(path)}: {plural(len(gen.trace.rounds), 'round', 'rounds')} of the "
+              "uploaded trace, no models run, its settings in the sidebar. Press **Draft** or **Step round** to "
+              "step through it.")
+    return step_view(walk, settings, status, shape=_shape(settings, settings.decode, gen))
 
 
 def stop(session: Session) -> str:

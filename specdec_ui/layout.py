@@ -226,8 +226,9 @@ def build_demo(loader: Loader) -> gr.Blocks:
         header = _header(loader)
         needs_models = []
         with gr.Tabs():
-            needs_models += _step_tab(loader, session, form, sidebar)
-            needs_models += _run_tab(loader, session, form, sidebar)
+            step_buttons, step_replayed = _step_tab(loader, session, form, sidebar)
+            needs_models += step_buttons
+            needs_models += _run_tab(loader, session, form, sidebar, step_replayed)
             needs_models += _compare_tab(loader, session, form, sidebar)
             rule_tab.build(session)
         _poll_loading(demo, loader, header, needs_models)
@@ -346,7 +347,12 @@ def _step_tab(loader, session, form, sidebar) -> list:
                                         outputs).then(**refill).then(**figure)
     sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, None, None)
     sample_b.click(lambda s, at: sample_show(h.sample(s, at)), [session, picker], sample_outputs)
-    return [*buttons.values(), real_tree_b]
+
+    def replayed(upload_event, upload) -> None:
+        """After a trace is uploaded, this tab switches to it at once: no round of the old run left on show."""
+        upload_event.then(lambda s, path: show(h.replayed_step(s, path)), [session, upload], outputs).then(
+            **refill).then(**figure)
+    return [*buttons.values(), real_tree_b], replayed
 
 
 SAMPLE_INTRO = ("After **Accept/reject**, this runs the rule (no model) 10,000 times on the position that decided the "
@@ -366,7 +372,7 @@ def _text_views(prefix: str) -> tuple:
     return text, plain
 
 
-def _run_tab(loader, session, form, sidebar) -> list:
+def _run_tab(loader, session, form, sidebar, step_replayed) -> list:
     with gr.Tab("Run"):
         with gr.Row():
             run_b = gr.Button("Run", variant="primary", min_width=90)
@@ -392,7 +398,7 @@ def _run_tab(loader, session, form, sidebar) -> list:
     run_b.click(_streaming(show, partial(h.run, loader)), [session, *form.values()], outputs,
                 show_progress="hidden").then(None, None, None, js=SHOW_FIELD_ERROR)
     stop_b.click(h.stop, session, view["status"])
-    upload.upload(lambda s, path: show(h.replay(s, path)), [session, upload], outputs)
+    step_replayed(upload.upload(lambda s, path: show(h.replay(s, path)), [session, upload], outputs), upload)
     return [run_b]
 
 

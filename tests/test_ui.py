@@ -500,6 +500,31 @@ def test_trace_round_trip_replays_without_models_and_restores_the_settings(loade
     assert step(offline, "step", s, {**replayed.form, "seed": 99}) == Problem(h.NOT_READY)
 
 
+def test_an_uploaded_trace_switches_the_step_through_to_it_at_once(loader, tmp_path):
+    final = list(h.run(loader, Session(), form(seed=5, temperature=0.9, max_new_tokens=8)))[-1]
+    s = Session()
+    for seed in range(10):                                        # a live round on show, its position sampled
+        step(loader, "accept", s, form(seed=seed))
+        if s.walk.shown.tested:
+            break
+        step(loader, "reset", s, form(seed=seed))
+    assert isinstance(h.sample(s), SampleView) and h.replayed_step(s, final.download) is None  # nothing uploaded yet
+    replayed = h.replay(s, final.download)
+    trace = s.replay
+    v = h.replayed_step(s, final.download)
+    name = final.download.rsplit("/", 1)[-1]
+    assert v.status.startswith(f"Replaying {name}: {plural(len(trace.rounds), 'round', 'rounds')} of the uploaded trace")
+    assert (v.table, v.dist, v.ratio, v.explain) == ("", None, None, "") and "No tokens yet." in v.text  # the old round gone
+    assert s.walk == Walkthrough() and h.sample_is_stale(s) and h.sample_positions(s) == ([], None)
+    offline = Loader(ModelChoice("embedded:none", None))
+    first = step(offline, "step", s, replayed.form)               # its first round, with no "restarted" notice
+    assert s.walk.rounds == trace.rounds[:1] and "changed" not in first.status
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json", encoding="utf-8")
+    assert isinstance(h.replay(s, str(bad)), Problem) and h.replayed_step(s, str(bad)) is None  # a refusal: as it was
+    assert s.walk.rounds == trace.rounds[:1]
+
+
 @pytest.mark.parametrize("content,said", [
     ('{"rounds": 3}', "not a specdec trace"), ("not json", "not a specdec trace"),
     ('{"format": 1, "rounds": []}', "not a specdec trace"), ("[" * 100_000 + "]" * 100_000, "not a specdec trace"),
