@@ -355,9 +355,8 @@ def _step_tab(loader, session, form, sidebar) -> list:
     return [*buttons.values(), real_tree_b], replayed
 
 
-SAMPLE_INTRO = ("After **Accept/reject**, this runs the rule (no model) 10,000 times on the position that decided the "
-                "round; on a round with no rejection, on the one where the argmax bug differs most, or on the one you "
-                "pick.")
+SAMPLE_INTRO = ("After **Accept/reject**, this runs the rule (no model) 10,000 times on the tested position where the "
+                "argmax bug lands farthest beyond sampling noise, or on the one you pick, beside the bug.")
 
 
 def _text_views(prefix: str) -> tuple:

@@ -224,7 +224,7 @@ def round_positions(session: Session) -> tuple[list[tuple[str, int]], int | None
 
 def from_round(session: Session, position=None) -> Weights | Problem:
     """One tested position of the Step through round on show: its top tokens and the rest lumped, as
-    weights rounded to 0.01 (the decisive position unless ``position``, 1-based, is given)."""
+    weights rounded to 0.01 (the one Step through's sampler takes unless ``position``, 1-based, is given)."""
     choices, default = round_positions(session)
     if not choices:
         shown_round = session.walk.shown

@@ -158,7 +158,7 @@ def test_the_current_real_round_preset_loads_the_round_stepped_in_step_through(b
         expect(status(pg, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
         rule_tab(pg)
         picker = pg.get_by_label("Position of the round on show in Step through")
-        expect(picker).to_have_value(re.compile(r"^\d+: "))          # its tested positions, the decisive one chosen
+        expect(picker).to_have_value(re.compile(r"^\d+: "))          # its tested positions, the sampler's one chosen
         position = int(re.match(r"(\d+):", picker.input_value()).group(1))
         pg.get_by_role("button", name="This position of the current real round").click()
         note = pg.get_by_text(re.compile(rf"Loaded round 1, position {position} of Step through"))
