@@ -342,9 +342,11 @@ def check_sample_beyond_the_noise(pg, artifacts, viewport, name):
     assert pg.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
     chart.scroll_into_view_if_needed()
     pg.screenshot(path=artifacts / f"app-sample-beyond-the-noise-{name}.png")
-    others = [o for o in range(1, 5) if o != chosen]
     picker.click()
-    pg.get_by_role("option", name=re.compile(rf"^({'|'.join(map(str, others))}): ")).first.click()
+    others = pg.get_by_role("option").filter(has_not_text=re.compile(rf"^{chosen}: "))
+    if not others.count():                                        # one tested position: nothing else to pick
+        return
+    others.first.click()
     other = int(re.match(r"(\d+):", picker.input_value()).group(1))
     pg.get_by_role("button", name="Sample 10,000 times").click()
     expect(pg.get_by_text(re.compile(rf"Round {n}, position {other} \(drafted .*\), as picked")).first).to_be_visible()
