@@ -338,16 +338,30 @@ def speedup_figure(m: CostModel, k_max: int) -> go.Figure:
 
 
 def histogram_figure(h: Histogram) -> go.Figure:
-    """p against what the rule emitted, and against what the bug emitted."""
+    """p against what the rule emitted and what the bug emitted (top); below, each histogram's total variation
+    from p on one axis with the noise bound drawn, so that "beyond the noise" is seen, not read."""
     xs = [_label(t) if t != OTHER else "other" for t in h.labels]
-    fig = go.Figure([
-        go.Bar(x=xs, y=list(h.p), name="p (verifier)", marker_color=P_COLOR),
-        go.Bar(x=xs, y=list(h.correct), name=f"the rule: TV {h.tv_correct:.3f}", marker_color="#16a34a"),
-        go.Bar(x=xs, y=list(h.bug), name=f"{BUGS[h.kind].split(',')[0]} bug: TV {h.tv_bug:.3f}",
-               marker_color="#7c3aed"),
-    ])
-    return _layout(fig, f"{h.trials:,} rounds at one position", subtitle="share of rounds emitting each token",
-                   barmode="group", yaxis=dict(title="share", rangemode="tozero"), xaxis=dict(title="token"))
+    rule, bug, bound = h.tv_correct, h.tv_bug, h.noise_bound
+    bug_name = BUGS[h.kind].split(",")[0] + " bug"
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.64, 0.36], vertical_spacing=0.3)
+    for y, name, color in ((h.p, "p (verifier)", P_COLOR), (h.correct, f"the rule: TV {rule:.3f}", "#16a34a"),
+                           (h.bug, f"{bug_name}: TV {bug:.3f}", "#7c3aed")):
+        fig.add_trace(go.Bar(x=xs, y=list(y), name=name, marker_color=color), row=1, col=1)
+    # the within-noise region as one filled box: its legend entry is the bound
+    fig.add_trace(go.Scatter(x=[0, bound, bound, 0, 0], y=[-0.5, -0.5, 1.5, 1.5, -0.5], fill="toself", mode="lines",
+                             fillcolor="rgba(107, 114, 128, 0.18)", line=dict(color="#6b7280", dash="dash", width=2),
+                             name=f"noise bound {bound:.3f}: what sampling alone may give", hoverinfo="skip"),
+                  row=2, col=1)
+    fig.add_trace(go.Bar(y=[0, 1], x=[rule, bug], orientation="h", marker_color=["#16a34a", "#7c3aed"],
+                         text=[f"{rule:.3f}", f"{bug:.3f}"], textposition="outside", cliponaxis=False,
+                         showlegend=False, hovertemplate="TV from p %{x:.3f}<extra></extra>"), row=2, col=1)
+    fig.update_yaxes(title_text="share", rangemode="tozero", row=1, col=1)
+    fig.update_xaxes(title_text="token", row=1, col=1)
+    fig.update_yaxes(title_text="emitted by", tickvals=[0, 1], ticktext=["the rule", "the bug"], range=[-0.5, 1.5],
+                     row=2, col=1)
+    fig.update_xaxes(title_text="total variation from p", range=[0, 1.3 * max(rule, bug, bound, 0.01)], row=2, col=1)
+    return _layout(fig, f"{h.trials:,} rounds at one position", height=520, barmode="group",
+                   subtitle="top: share of rounds emitting each token<br>bottom: distance from p, against the noise")
 
 
 def overlap_figure(p, q, labels=None) -> go.Figure:

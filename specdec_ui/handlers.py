@@ -21,7 +21,7 @@ from functools import partial
 from typing import Iterator
 
 from specdec import ConfigError, DecodeConfig, Generation, NumericalError, RunSettings, TraceFile
-from specdec.experiment import bug_tv, histogram
+from specdec.experiment import bug_tv, histogram, lumped, tv_noise_bound
 from specdec.render import UNTESTED_WHY, plural
 
 from . import charts
@@ -173,14 +173,37 @@ def _sampled_round(session: Session):
     return r if ok else None
 
 
-def _bug_tvs(r) -> dict[int, float]:
-    """The bug's exact total variation from p at each tested position of a round, by 1-based position."""
-    return {i + 1: bug_tv(pos) for i, pos in enumerate(r.positions) if pos.tested}
+def _tested(r) -> dict[int, tuple[float, float]]:
+    """Per tested position of a round (1-based): the argmax bug's exact total variation from p, and the noise
+    bound of SAMPLES rounds there (docs/notation.md: what sampling noise alone may put between a histogram and p)."""
+    return {i + 1: (bug_tv(pos), tv_noise_bound(lumped(pos)[1], SAMPLES)) for i, pos in enumerate(r.positions)
+            if pos.tested}
 
 
-def _default_position(r, tvs: dict[int, float]) -> int:
-    """The position that decided the round (its rejection), else the one where the bug differs most."""
-    return r.rejected_at + 1 if r.rejected_at is not None else max(tvs, key=tvs.get)
+def _beyond(tv: float, bound: float) -> bool:
+    """The bug's exact distance from p shows in SAMPLES rounds: past the noise bound, and more than rounding."""
+    return tv > bound and tv >= FLAT_TV
+
+
+def _default_position(tested: dict[int, tuple[float, float]]) -> int:
+    """The tested position where the bug's exact total variation most exceeds the noise bound."""
+    return max(tested, key=lambda i: tested[i][0] - tested[i][1])
+
+
+def _bug_cannot_show(settings: RunSettings | None) -> tuple[str, str] | None:
+    """Why the argmax bug coincides with the rule at every position of every round these settings run, and
+    what to change in the sidebar; None where it can show."""
+    if settings is None:
+        return None
+    sampling = settings.decode.sampling
+    if sampling.greedy:
+        return "At temperature 0 p and q are one-hot, each all on its argmax", "set a temperature above 0 (0.8, say)"
+    if sampling.top_k == 1:
+        return "At top-k 1 p and q are one-hot, each all on its argmax", "set top-k above 1 (or 0, off)"
+    if settings.drafter == "lookup":
+        return ("The prompt-lookup drafter's q is one-hot: it copies the tokens that followed a match in the text",
+                "pick the drafter 'draft model'")
+    return None
 
 
 def sample_positions(session: Session) -> tuple[list[tuple[str, int]], int | None]:
@@ -189,12 +212,15 @@ def sample_positions(session: Session) -> tuple[list[tuple[str, int]], int | Non
     r = _sampled_round(session)
     if r is None:
         return [], None
-    tvs = _bug_tvs(r)
-    default = _default_position(r, tvs)
-    why = ("decided the round" if r.rejected_at is not None else
-           "the bug differs most" if tvs[default] >= FLAT_TV else "")  # a TV of 0.000 "differs" from nothing
-    return [(f"{i}: {r.positions[i - 1].text!r}, {r.positions[i - 1].status}, the argmax bug's exact TV {tv:.3f}"
-             + (f" ({why})" if i == default and why else ""), i) for i, tv in tvs.items()], default
+    tested = _tested(r)
+    default = _default_position(tested)
+    choices = []
+    for i, (tv, bound) in tested.items():
+        where = "beyond" if _beyond(tv, bound) else "within"
+        mark = " (farthest beyond the noise)" if i == default and where == "beyond" else ""
+        choices.append((f"{i}: {r.positions[i - 1].text!r}, {r.positions[i - 1].status}: the argmax bug's exact TV "
+                        f"{tv:.3f}, {where} the noise bound {bound:.3f}{mark}", i))
+    return choices, default
 
 
 def sample_is_stale(session: Session) -> bool:
@@ -202,17 +228,9 @@ def sample_is_stale(session: Session) -> bool:
     return session.sampled is not None and session.sampled is not _sampled_round(session)
 
 
-def _why_no_rejection(r, greedy: bool) -> str:
-    if greedy:
-        return "at temperature 0 every draft was the verifier's argmax"
-    if r.next_kind is None:
-        return "its kept drafts ended at a stop token"
-    return "every draft was kept"
-
-
 def sample(session: Session, position=None) -> SampleView | Problem:
     """Run the pure rule 10,000 times on one tested position of the round on show: the learner's pick
-    (1-based), else the position that decided the round, else (no rejection) where the bug differs most."""
+    (1-based), else the one where the argmax bug lands farthest beyond the noise of 10,000 rounds."""
     if session.walk.shown is not None and session.walk.shown.tree is not None:
         return Problem("This runs the chain's rule on one drafted position; a tree round tests siblings in turn "
                        "against a moving residual instead. Pick the drafter 'draft model' to run it.")
@@ -220,57 +238,62 @@ def sample(session: Session, position=None) -> SampleView | Problem:
     if r is None:
         return Problem("Step a round through Accept/reject first (a round that drafted something): the rule is run "
                        "on one of its tested positions.")
-    tvs = _bug_tvs(r)
-    tested = ", ".join(map(str, tvs))
+    tested = _tested(r)
+    listed = ", ".join(map(str, tested))
     if isinstance(position, float) and position.is_integer():
         position = int(position)
     if position is not None and not (isinstance(position, int) and not isinstance(position, bool)):
-        return Problem(f"Pick a position of round {r.index + 1} from the list (its tested positions: {tested}); "
+        return Problem(f"Pick a position of round {r.index + 1} from the list (its tested positions: {listed}); "
                        f"got {position!r}.")
-    if position is not None and position not in tvs:
+    if position is not None and position not in tested:
         if not 1 <= position <= len(r.positions):
             drafted = plural(len(r.positions), "token", "tokens")
             return Problem(f"Round {r.index + 1} has no position {position}: it drafted {drafted}. Pick one of its "
-                           f"tested positions: {tested}.")
+                           f"tested positions: {listed}.")
         pos = r.positions[position - 1]
         return Problem(f"Position {position} ({pos.text!r}) decided nothing ({UNTESTED_WHY[pos.status]}), so there "
-                       f"is no rule to run there. Pick one of the round's tested positions: {tested}.")
-    greedy = session.settings is not None and session.settings.decode.sampling.greedy
-    default = _default_position(r, tvs)
+                       f"is no rule to run there. Pick one of the round's tested positions: {listed}.")
+    same = _bug_cannot_show(session.settings)
+    default = _default_position(tested)
     i = default if position is None else position
+    tv, bound = tested[i]
     pos = r.positions[i - 1]
     h = histogram(pos, SAMPLES)
-    noise = h.noise_bound  # the one TV bound (docs/notation.md): what sampling noise alone may give
-    where = f"position {i} (drafted {pos.text!r}, {pos.status})"
-    if position is not None and position != default:
-        head = f"Round {r.index + 1}, {where}, as picked."
-    elif r.rejected_at is not None:
-        head = f"Round {r.index + 1}, {where}: the position that decided the round, where its draft was rejected."
-    elif greedy or tvs[i] < FLAT_TV:
-        head = (f"**Round {r.index + 1} had no rejection**: {_why_no_rejection(r, greedy)}, so no position decided "
-                f"it; and at every tested position the argmax bug lands on p (at most {tvs[i]:.3f} away in total "
-                f"variation, at {where}): see why below. Step on to a round whose draft was unsure to see it land "
-                "off p.")
+    decided = ", the position that decided the round" if r.rejected_at == i - 1 else ""
+    spot = f"position {i} (drafted {pos.text!r}, {pos.status}{decided})"
+    where = f"Round {r.index + 1}, {spot}"
+    exact = f"exactly {tv:.3f} from p in total variation, against a noise bound of {bound:.3f} for {SAMPLES:,} rounds"
+    if same:
+        head = (f"{where}. **{same[0]}**, so the argmax draft *is* the sample of q: the bug and the rule coincide "
+                "exactly, at every position of every round, and no round with these settings can show a difference.")
+    elif position is not None and position != default:
+        head = (f"{where}, as picked: the argmax bug lands {exact}, "
+                + ("beyond it." if _beyond(tv, bound) else "within it (the list marks the positions beyond it)."))
+    elif _beyond(tv, bound):
+        head = f"{where}: of the round's tested positions, the one where the argmax bug lands farthest beyond the " \
+               f"noise: {exact}."
     else:
-        head = (f"**Round {r.index + 1} had no rejection**: {_why_no_rejection(r, greedy)}, so no position decided "
-                f"it. Shown: {where}, the tested position where the argmax bug lands farthest from p (exactly "
-                f"{tvs[i]:.3f} in total variation; pick another in the list above).")
+        head = (f"**At no tested position of round {r.index + 1} does the argmax bug land off p by more than sampling "
+                f"noise can.** Shown: {spot}, the closest: {exact}.")
     lines = [f"{head} The rule ran {SAMPLES:,} times on this position's p and q (their top tokens; all other tokens "
              "lumped into one), each time drafting from q, testing u ≤ p/q and drawing from the residual on a "
              "rejection.",
              f"* **The rule:** total variation from p = **{h.tv_correct:.3f}**: the emitted tokens follow p, up to "
-             f"sampling noise (at most {noise:.3f} here, the bound of docs/notation.md).",
+             f"sampling noise (at most {h.noise_bound:.3f} here, the bound of docs/notation.md).",
              f"* **The bug** (the draft takes q's argmax but reports softmax q): total variation = **{h.tv_bug:.3f}**."]
-    if greedy:  # a paragraph of its own, not a continuation of the list above
-        lines.append("\nAt temperature 0 p and q are one-hot, so the argmax draft *is* a sample of q and both agree at "
-                     "every position: set a temperature such as 0.8 to see the bug land off p.")
-    elif tvs[i] < 2 * noise:
-        title = "Why no difference here" if tvs[i] < FLAT_TV else f"Why the difference is small here ({tvs[i]:.3f})"
+    if same:  # a paragraph of its own, not a continuation of the list above
+        lines.append(f"\nTo see the bug land off p, {same[1]} in the sidebar and step a round, or load a position "
+                     "into the **Rule** tab and try its presets.")
+    elif not _beyond(tv, bound):
+        title = "Why no difference here" if tv < FLAT_TV else f"Why the difference is small here ({tv:.3f})"
         lines.append(f"\n**{title}:** the bug always drafts q's top token x*. Where q is (nearly) "
                      "one-hot, that argmax *is* a sample of q; where p is (nearly) one-hot on x*, the rule keeps x* "
                      "every time, just as p would emit it. Either way the bug emits what p emits. It shows where q is "
                      "spread out and p is not sure of x*: p ≈ q is not enough (with p = q = (0.5, 0.5) the bug emits "
-                     "x* every time, 0.5 away from p).")
+                     "x* every time, 0.5 away from p). To see it: "
+                     + ("pick a position the list marks beyond the noise." if any(_beyond(*t) for t in tested.values())
+                        else "step another round, let p and q spread out (a higher temperature, a larger top-k or "
+                             "top-p in the sidebar), or load a position into the **Rule** tab and try its presets."))
     session.sampled = r
     return SampleView(summary="\n".join(lines), histogram=charts.histogram_figure(h))
 
@@ -359,12 +382,26 @@ def replay(session: Session, path: str | None) -> Replayed | Problem | None:
     except (OSError, ValueError) as e:  # ConfigError is a ValueError: settings no run could have had
         return Problem(f"{name}: {e}. The view above is unchanged.", "upload")
     session.replay = trace
+    session.restart(settings, Replay(trace))  # the step-through switches to it now, not at the next press
     s = trace.settings
     where = ", ".join(f"{k} {s[k]}" for k in ("target", "device", "precision") if s.get(k))
     view = run_view(list(trace.rounds), trace.prefill_s,
                     f"Replayed a trace of {len(trace.rounds)} rounds ({where}); prompt: {s.get('prompt')!r}. Its "
                     "settings are in the sidebar; the Step through tab steps through it round by round.")
     return Replayed(view, form_values(settings))
+
+
+def replayed_step(session: Session, path: str | None) -> StepView | None:
+    """The Step through tab once ``path`` is replayed: the trace, none of its rounds stepped yet; None (the tab
+    left as it is) when the upload was refused or the tab steps something else."""
+    gen, walk = session.gen, session.walk
+    if not path or not isinstance(gen, Replay) or gen.trace is not session.replay or walk.shown is not None:
+        return None
+    settings = session.settings
+    status = (f"Replaying {os.path.basename(path)}: {plural(len(gen.trace.rounds), 'round', 'rounds')} of the "
+              "uploaded trace, no models run, its settings in the sidebar. Press **Draft** or **Step round** to "
+              "step through it.")
+    return step_view(walk, settings, status, shape=_shape(settings, settings.decode, gen))
 
 
 def stop(session: Session) -> str:

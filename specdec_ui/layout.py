@@ -300,9 +300,9 @@ def build_demo(loader: Loader) -> gr.Blocks:
         needs_models = []
         with gr.Tabs():  # in the order of the lesson
             rule_tab.build(session, start.RULE)
-            step_buttons, all_k = _step_tab(loader, session, form, sidebar)
+            step_buttons, all_k, step_replayed = _step_tab(loader, session, form, sidebar)
             needs_models += step_buttons
-            needs_models += _run_tab(loader, session, form, sidebar)
+            needs_models += _run_tab(loader, session, form, sidebar, step_replayed)
             needs_models += _compare_tab(loader, session, form, sidebar)
         start.wire(demo, *path, form, all_k)
         _poll_loading(demo, loader, header, needs_models)
@@ -461,7 +461,7 @@ def _follow(loader: Loader, name: str, value, about: str | None):
     return (_alert(name, message), name) if message else ("", None)
 
 
-def _step_tab(loader, session, form, sidebar) -> tuple[list, gr.Checkbox]:
+def _step_tab(loader, session, form, sidebar) -> tuple:
     with gr.Tab("Step through", id=start.STEP):
         about = gr.State(None)  # the field the alert is about: a state inside its tab (one beside the tabs broke them)
         with gr.Column(elem_classes=["spec-controls"], elem_id="step-controls"):
@@ -528,12 +528,16 @@ def _step_tab(loader, session, form, sidebar) -> tuple[list, gr.Checkbox]:
                                         outputs).then(**refill).then(**figure)
     sample_outputs, sample_show = _view_outputs(SampleView, sample, {}, sample_alert, None)
     sample_b.click(lambda s, at: sample_show(h.sample(s, at)), [session, picker], sample_outputs)
-    return [*buttons.values(), real_tree_b], all_k
+
+    def replayed(upload_event, upload) -> None:
+        """After a trace is uploaded, this tab switches to it at once: no round of the old run left on show."""
+        upload_event.then(lambda s, path: show(h.replayed_step(s, path)), [session, upload], outputs).then(
+            **refill).then(**figure)
+    return [*buttons.values(), real_tree_b], all_k, replayed
 
 
-SAMPLE_INTRO = ("After **Accept/reject**, this runs the rule (no model) 10,000 times on the position that decided the "
-                "round; on a round with no rejection, on the one where the argmax bug differs most, or on the one you "
-                "pick.")
+SAMPLE_INTRO = ("After **Accept/reject**, this runs the rule (no model) 10,000 times on the tested position where the "
+                "argmax bug lands farthest beyond sampling noise, or on the one you pick, beside the bug.")
 
 
 def _text_views(prefix: str) -> tuple:
@@ -548,7 +552,7 @@ def _text_views(prefix: str) -> tuple:
     return text, plain
 
 
-def _run_tab(loader, session, form, sidebar) -> list:
+def _run_tab(loader, session, form, sidebar, step_replayed) -> list:
     with gr.Tab("Run", id=start.RUN):
         about = gr.State(None)
         with gr.Row():
@@ -575,7 +579,7 @@ def _run_tab(loader, session, form, sidebar) -> list:
     run_b.click(_streaming(show, partial(h.run, loader)), [session, *form.values()], outputs,
                 show_progress="hidden").then(None, None, None, js=SHOW_FIELD_ERROR)
     stop_b.click(h.stop, session, view["status"])
-    upload.upload(lambda s, path: show(h.replay(s, path)), [session, upload], outputs)
+    step_replayed(upload.upload(lambda s, path: show(h.replay(s, path)), [session, upload], outputs), upload)
     return [run_b]
 
 

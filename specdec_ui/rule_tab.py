@@ -36,12 +36,8 @@ PRESETS = {"example": "The example sentence", "equal": "q = p", "uniform": "q un
 NOTES = {
     "example": "The example: the verifier's p and a draft's q for the word after *The cat sat on the*.",
     "equal": "**q = p**: every draft is kept (β = 1) and the residual is never needed.",
-    "uniform": "**q uniform**: the draft spreads evenly; it over-drafts the unlikely tokens, which the rule rejects.",
-    "sharp": "**q too sharp**: the draft puts 85 % on p's top token, more than p does; the rule rejects the excess "
-             "and the residual gives the other tokens back their share.",
-    "missing": "**q misses p's top token**: the draft never drafts it (q = 0 there), so that token only ever comes "
-               "from the residual, after a rejection; the output is still p.",
 }
+EDITED = "**Your own p and q**: the weights as you set them (a preset's caption holds for the q it sets)."
 BUG_WHY = {
     "argmax": "the draft takes q's top token every time but reports its softmax q to the rule (transformers #32867)",
     "unnormalised": "the replacement is drawn from max(0, p − q) as if it summed to 1: a uniform u in [0, 1) against "
@@ -183,24 +179,70 @@ def live(labels, p_weights, q_weights, k) -> RuleView | Problem:
                     k_chart=charts.tokens_per_round_k_figure(beta, k, K_MAX))
 
 
-def preset(name: str, labels, p_weights) -> Weights:
-    """A preset q against the p on show ("example" restores the example's tokens, p and q)."""
+def preset(name: str, labels, p_weights) -> Weights | Problem:
+    """A preset q against the p on show ("example" restores the example's tokens, p and q), with a caption
+    computed from the p and q it leaves on show, so that it holds for any p."""
     if name == "example":
         return Weights(*EXAMPLE, NOTES[name])
-    p = [float(w or 0) for w in list(p_weights)[:len(labels)]]
-    n, top = len(p), max(range(len(p)), key=lambda i: p[i])
+    labels = tuple(labels)
+    checked = read(labels, p_weights, p_weights)  # p alone: a bad weight is named before any q is made from it
+    if isinstance(checked, Problem):
+        return checked
+    p_shown = checked[0]
+    p = tuple(float(w) for w in list(p_weights)[:len(labels)])
+    n, top = len(p), int(p_shown.argmax())
     if name == "equal":
-        q = list(p)
+        q = p
     elif name == "uniform":
-        q = [round(100 / n, 1)] * n
-    elif name == "sharp":
-        q = [round(15 / (n - 1), 1)] * n
-        q[top] = 85.0
+        q = (round(100 / n, 1),) * n
+    elif name == "sharp":  # halfway from p to all on p's top token: sharper there, p's shape halved elsewhere
+        q = tuple(round(50 * (float(v) + (i == top)), 1) for i, v in enumerate(p_shown))
+        if not _above(q[top] / sum(q), p_shown[top]):  # p nearly one-hot: halfway rounds back to p
+            q = tuple(100.0 * (i == top) for i in range(n)) if _above(1, p_shown[top]) else p
     else:  # missing: p's shape elsewhere; where p has no other mass, an even spread over the others
-        q = [w if i != top else 0.0 for i, w in enumerate(p)]
+        q = tuple(w if i != top else 0.0 for i, w in enumerate(p))
         if not sum(q):
-            q = [0.0 if i == top else 1.0 for i in range(n)]
-    return Weights(tuple(labels), tuple(p), tuple(q), NOTES[name])
+            q = tuple(0.0 if i == top else 1.0 for i in range(n))
+    q_shown = torch.tensor(q, dtype=torch.float64) / sum(q)
+    return Weights(labels, p, q, _note(name, labels, p_shown, q_shown, top))
+
+
+def _note(name: str, labels, p: torch.Tensor, q: torch.Tensor, top: int) -> str:
+    """The caption of preset ``name``, from the (C,) p and q it leaves on show (p's top token at ``top``)."""
+    if name == "equal":
+        return NOTES[name]
+    beta = overlap(p, q)[3]
+    x, p_x, q_x = shown(labels[top]), float(p[top]), float(q[top])
+    rejected = f"a drafted token is rejected with chance 1 − β = {_num(1 - beta)}"
+    if name == "uniform":
+        over = [f"{shown(label)} ({_num(p[i])})" for i, label in enumerate(labels) if _above(q[i], p[i])]
+        if not over:
+            return (f"**q uniform**: the draft gives each of the {len(labels)} tokens {_num(q[0])}; p is uniform "
+                    "too, so q = p and every draft is kept (β = 1).")
+        return (f"**q uniform**: the draft gives each of the {len(labels)} tokens {_num(q[0])}, more than p gives "
+                f"{_listed(over)}: it over-drafts {'them' if len(over) > 1 else 'it'}, and the rule rejects the "
+                f"excess: {rejected}.")
+    if name == "sharp":
+        if not _above(q_x, p_x):
+            return (f"**q too sharp**: p is already one-hot on {x} (p = {_num(p_x)} to three decimals), so no draft "
+                    "can be sharper; q = p, and every draft is kept (β = 1).")
+        return (f"**q too sharp**: the draft puts {_num(q_x)} on p's top token {x}, more than p's {_num(p_x)} (q is "
+                f"p pulled towards {x}); the rule keeps a drafted {x} with p/q = {p_x / q_x:.3f} and rejects "
+                f"the excess ({rejected}); the residual gives the other tokens back their share.")
+    residual = (p - q).clamp_min(0)
+    share = float(residual[top] / residual.sum())
+    return (f"**q misses p's top token**: the draft never drafts {x} (q = 0 there, p = {_num(p_x)}), so {x} only "
+            f"comes from the residual, after a rejection: {rejected}, and the residual puts {_num(share)} on {x}: "
+            f"{_num(1 - beta)} × {_num(share)} = {_num((1 - beta) * share)} = p({x}). The output is still p.")
+
+
+def _above(a, b) -> bool:
+    """a above b as the table shows them (three decimals)."""
+    return round(float(a), 3) > round(float(b), 3)
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def round_positions(session: Session) -> tuple[list[tuple[str, int]], int | None]:
@@ -210,7 +252,7 @@ def round_positions(session: Session) -> tuple[list[tuple[str, int]], int | None
 
 def from_round(session: Session, position=None) -> Weights | Problem:
     """One tested position of the Step through round on show: its top tokens and the rest lumped, as
-    weights rounded to 0.01 (the decisive position unless ``position``, 1-based, is given)."""
+    weights rounded to 0.01 (the one Step through's sampler takes unless ``position``, 1-based, is given)."""
     choices, default = round_positions(session)
     if not choices:
         shown_round = session.walk.shown
@@ -373,7 +415,9 @@ def build(session, tab_id: str) -> None:
             if slider is k:
                 event(on_input, [*weights, k, bad], outputs + marked, **quiet)
             else:
-                event(lambda *v: on_input(*v) + stale, [*weights, k, bad], outputs + marked + [summary, histogram],
+                # a preset's caption is of the q it set: an edited weight leaves it behind
+                event(lambda *v: on_input(*v) + stale + [EDITED], [*weights, k, bad],
+                      outputs + marked + [summary, histogram, note],
                       **quiet)
     for name, button in buttons.items():
         button.click(lambda labels_, k_, *p_w, name=name: loaded(preset(name, labels_, p_w), k_),

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.real]
 HAND = {
     "q = p": 1.0,
     "q uniform": 1 / 6 + 1 / 6 + 0.15 + 0.12 + 0.08 + 0.05,          # 0.733
-    "q too sharp": 0.40 + 5 * 0.03,                                   # q = (85, 3, 3, 3, 3, 3): 0.550
+    "q too sharp": 0.40 + 0.60 / 2,                                   # q = (70, 10, 7.5, 6, 4, 2.5): 0.700
     "q misses p's top token": 0.20 + 0.15 + 0.12 + 0.08 + 0.05,       # q = (0, 20, 15, 12, 8, 5) / 60: 0.600
     "The example sentence": 0.25 + 0.20 + 0.10 + 0.12 + 0.05 + 0.05,  # q = (25, 30, 10, 15, 5, 15): 0.770
 }
@@ -158,7 +158,7 @@ def test_the_current_real_round_preset_loads_the_round_stepped_in_step_through(b
         expect(status(pg, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
         rule_tab(pg)
         picker = pg.get_by_label("Position of the round on show in Step through")
-        expect(picker).to_have_value(re.compile(r"^\d+: "))          # its tested positions, the decisive one chosen
+        expect(picker).to_have_value(re.compile(r"^\d+: "))          # its tested positions, the sampler's one chosen
         position = int(re.match(r"(\d+):", picker.input_value()).group(1))
         pg.get_by_role("button", name="This position of the current real round").click()
         note = pg.get_by_text(re.compile(rf"Loaded round 1, position {position} of Step through"))

@@ -26,7 +26,7 @@ HAND = {
     "example": ((25, 30, 10, 15, 5, 15), 0.25 + 0.20 + 0.10 + 0.12 + 0.05 + 0.05),             # 0.77
     "equal": ((40, 20, 15, 12, 8, 5), 1.0),
     "uniform": ((16.7,) * 6, 1 / 6 + 1 / 6 + 0.15 + 0.12 + 0.08 + 0.05),                        # 0.733
-    "sharp": ((85, 3, 3, 3, 3, 3), 0.40 + 5 * 0.03),                                             # 0.55
+    "sharp": ((70, 10, 7.5, 6, 4, 2.5), 0.40 + 0.60 / 2),                                        # (p + top) / 2: 0.70
     "missing": ((0, 20, 15, 12, 8, 5), 0 + 0.20 + 0.15 + 0.12 + 0.08 + 0.05),                    # q = p elsewhere / 0.6
 }
 
@@ -88,10 +88,57 @@ def test_a_bad_sample_size_or_bug_gives_a_message():
 
 def test_presets_act_on_the_p_on_show():
     p = (10.0, 60.0, 30.0)
-    assert rt.preset("sharp", ("a", "b", "c"), p).q == (7.5, 85.0, 7.5)
+    assert rt.preset("sharp", ("a", "b", "c"), p).q == (5.0, 80.0, 15.0)                # halfway to all on 'b'
     assert rt.preset("missing", ("a", "b", "c"), p).q == (10.0, 0.0, 30.0)
     assert rt.preset("missing", ("a", "b"), (100.0, 0.0)).q == (0.0, 1.0)          # p one-hot: q on the others
     assert rt.preset("example", ("a", "b", "c"), p).labels == LABELS
+
+
+def table_cells(view) -> dict[str, list[str]]:
+    """The per-token rows of the rule's table: token -> p, q, min(p, q), kept if drafted, residual, as shown."""
+    rows = re.findall(r"<tr><th scope='row'>([^<]+)</th>((?:<td>[^<]*</td>)+)</tr>", view.numbers)
+    return {unescape(label): re.findall(r"<td>([^<]*)</td>", tds) for label, tds in rows}
+
+
+# p's on show: the example's; a real position's (its top at 0.858, the rest lumped); uniform; one-hot; nearly one-hot
+SOME_P = [P, (85.83, 5.1, 3.2, 2.0, 1.5, 1.0, 0.5, 0.4, 0.3, 0.17), (10.0,) * 6, (0, 0, 100.0, 0, 0, 0),
+          (99.9, 0.1, 0, 0, 0, 0)]
+
+
+@pytest.mark.parametrize("p", SOME_P, ids=["example", "top-0.858", "uniform", "one-hot", "nearly-one-hot"])
+@pytest.mark.parametrize("name", [n for n in rt.PRESETS if n != "example"])
+def test_each_presets_caption_states_the_numbers_the_table_shows_for_any_p(name, p):
+    labels = LABELS if len(p) == 6 else tuple(f"t{i}" for i in range(len(p)))
+    w = rt.preset(name, labels, p)
+    assert w.labels == labels and w.p == p
+    view = rt.live(w.labels, w.p, w.q, 4)
+    cells = table_cells(view)
+    beta = beta_and_acceptance(view)[0]
+    shown = {rt.shown(label): cells[rt.shown(label)] for label in labels}
+    top = max(shown, key=lambda t: float(shown[t][0]))                 # p's top token, as the table shows it
+    p_top, q_top, kept = shown[top][0], shown[top][1], shown[top][3]
+    said = lambda number: number in w.note.replace("*", "")            # noqa: E731
+    if name == "equal":
+        assert beta == 1.0 and all(c[0] == c[1] for c in shown.values())
+    elif name == "uniform":
+        over = {t for t, c in shown.items() if float(c[1]) > float(c[0])}
+        assert {t for t in shown if f"{t} (" in w.note} == over       # the tokens it over-drafts, by name
+        assert said(f"1 − β = {1 - beta:.3f}") if over else beta == 1.0
+    elif name == "sharp":
+        if float(p_top) < 1.0:                                         # sharper on p's top token, by the numbers
+            assert float(q_top) > float(p_top) and said(f"puts {q_top} on p's top token {top}, more than p's {p_top}")
+            assert said(f"p/q = {kept}") and said(f"1 − β = {1 - beta:.3f}")
+        else:                                                          # nothing is sharper than one-hot
+            assert q_top == p_top and "already one-hot" in w.note and beta == 1.0
+    else:
+        assert kept.startswith("— (q = 0") and said(f"never drafts {top} (q = 0 there, p = {p_top})")
+        assert said(f"1 − β = {1 - beta:.3f}") and said(f"the residual puts {shown[top][4]} on {top}")
+        assert 1 - beta == pytest.approx(float(p_top), abs=1e-3)      # all of p's top comes from the residual
+
+
+def test_a_preset_on_a_bad_p_names_the_field():
+    problem = rt.preset("sharp", LABELS, (None, 20, 15, 12, 8, 5))
+    assert isinstance(problem, Problem) and problem.field == "p('mat')"
 
 
 # ---- the classic bugs, exactly and sampled ---------------------------------------------------------

@@ -286,6 +286,11 @@ def test_untested_drafts_show_dashes_and_why_never_numbers(loader, pair):
             assert DASH not in cells[3:6] and float(cells[4]) == pytest.approx(pos.ratio, abs=1e-3)
 
 
+def legend(fig) -> list[str]:
+    """A chart's legend entries, each up to its first colon."""
+    return [t.name.split(":")[0] for t in fig.data if t.showlegend is not False]
+
+
 def test_the_sample_button_runs_the_rule_on_the_round_on_show(loader):
     s = Session()
     assert isinstance(h.sample(s), Problem)
@@ -297,8 +302,14 @@ def test_the_sample_button_runs_the_rule_on_the_round_on_show(loader):
     view = h.sample(s)
     assert isinstance(view, SampleView) and "10,000 times" in view.summary and "total variation" in view.summary
     tv = float(re.search(r"total variation from p = \*\*([\d.]+)", view.summary).group(1))
-    assert tv < 0.03 and [t.name.split(":")[0] for t in view.histogram.data] == ["p (verifier)", "the rule",
-                                                                                   "argmax draft bug"]
+    bound = float(re.search(r"at most ([\d.]+) here", view.summary).group(1))
+    assert tv < 0.03 and legend(view.histogram)[:3] == ["p (verifier)", "the rule", "argmax draft bug"]
+    # the TVs on one axis with the bound drawn: the bars are the numbers the text states, the band ends at the bound
+    band, bars = view.histogram.data[3:]
+    bug = float(re.search(r"The bug.*total variation = \*\*([\d.]+)", view.summary).group(1))
+    assert band.name == f"noise bound {bound:.3f}: what sampling alone may give" and max(band.x) == pytest.approx(
+        bound, abs=5e-4)
+    assert [round(x, 3) for x in bars.x] == [tv, bug] and list(bars.y) == [0, 1]
 
 
 @pytest.fixture(scope="module")
@@ -323,43 +334,68 @@ def sampled_position(view) -> int:
     return int(re.search(r"position (\d+) \(drafted", view.summary).group(1))
 
 
-def test_sample_runs_on_the_position_that_decided_the_round(close_loader):
-    s = decided_round(close_loader, lambda r: r.rejected_at is not None and r.rejected_at > 0, k=3)
-    r = s.walk.shown
-    view = h.sample(s)
-    assert sampled_position(view) == r.rejected_at + 1 and "the position that decided the round" in view.summary
-    choices, default = h.sample_positions(s)
-    assert default == r.rejected_at + 1 and [v for _, v in choices] == list(range(1, r.rejected_at + 2))
-    assert "(decided the round)" in choices[-1][0]                           # untested positions are not offered
+def beyond_the_noise(r) -> dict[int, float]:
+    """Per tested position (1-based): by how much the argmax bug's exact TV from p exceeds the noise bound of
+    10,000 rounds there, from the engine's own functions."""
+    from specdec.experiment import bug_tv, lumped, tv_noise_bound
+    return {i + 1: bug_tv(pos) - tv_noise_bound(lumped(pos)[1], h.SAMPLES) for i, pos in enumerate(r.positions)
+            if pos.tested}
 
 
-def test_on_a_round_with_no_rejection_sample_says_so_and_takes_the_position_where_the_bug_differs_most(
-        close_loader):
+def test_sample_takes_the_position_where_the_bug_lands_farthest_beyond_the_noise(close_loader):
     from specdec.experiment import bug_tv
-    s = decided_round(close_loader, lambda r: r.next_kind == "bonus" and r.drafted == 3, k=3)
+    s = decided_round(close_loader, lambda r: sum(p.tested for p in r.positions) == 3, k=3)
     r = s.walk.shown
-    tvs = [bug_tv(pos) for pos in r.positions]
+    excess = beyond_the_noise(r)
+    best = max(excess, key=excess.get)
+    assert excess[best] > 0                                                   # tiny models: p and q spread out
     view = h.sample(s)
-    assert view.summary.startswith(f"**Round {r.index + 1} had no rejection**: every draft was kept")
-    assert sampled_position(view) == 1 + tvs.index(max(tvs)) and f"exactly {max(tvs):.3f}" in view.summary
-    assert [t.name.split(":")[0] for t in view.histogram.data] == ["p (verifier)", "the rule", "argmax draft bug"]
+    assert sampled_position(view) == best
+    assert (f"the one where the argmax bug lands farthest beyond the noise: exactly {bug_tv(r.positions[best - 1]):.3f} "
+            "from p in total variation, against a noise bound of") in view.summary
     bug = float(re.search(r"The bug.*total variation = \*\*([\d.]+)", view.summary).group(1))
-    assert bug == pytest.approx(max(tvs), abs=0.03) and bug > 0.1               # the bug is seen, not 0.000
+    assert bug == pytest.approx(bug_tv(r.positions[best - 1]), abs=0.03)    # sampled, near the exact
     choices, default = h.sample_positions(s)
-    assert default == 1 + tvs.index(max(tvs)) and "(the bug differs most)" in dict(map(reversed, choices))[default]
-    same = tiny.pair(tiny.model(1, scale=4), tiny.model(1, scale=4))         # the draft is the verifier: all kept
-    greedy = Session()
-    step(Loader(ModelChoice.of(same), same), "accept", greedy, form(k=3, temperature=0.0))
-    view = h.sample(greedy)
-    assert "at temperature 0 every draft was the verifier's argmax" in view.summary
-    assert "At temperature 0 p and q are one-hot" in view.summary and "total variation = **0.000**" in view.summary
+    assert default == best and [v for _, v in choices] == list(excess)
+    labels = dict(map(reversed, choices))
+    assert labels[best].endswith("(farthest beyond the noise)")
+    assert all(("beyond the noise bound" in labels[i]) == (excess[i] > 0) for i in excess)
+    assert "Step on" not in view.summary and "Why" not in view.summary       # nothing to excuse
+
+
+def test_sample_at_temperature_0_says_the_bug_and_the_rule_coincide_and_never_advises_stepping_on(close_loader):
+    s = decided_round(close_loader, lambda r: r.tested, k=3, temperature=0.0)
+    view = h.sample(s)
+    assert "**At temperature 0 p and q are one-hot, each all on its argmax**" in view.summary
+    assert "coincide exactly" in view.summary and "no round with these settings can show a difference" in view.summary
+    assert "total variation = **0.000**" in view.summary and "set a temperature above 0" in view.summary
+    assert "step on" not in view.summary.lower() and "another round" not in view.summary
+    top_k_1 = decided_round(close_loader, lambda r: r.tested, k=3, temperature=1.0, top_k=1)
+    assert "**At top-k 1 p and q are one-hot" in h.sample(top_k_1).summary    # one-hot at any temperature
+    lookup = decided_round(close_loader, lambda r: r.tested, k=3, temperature=1.0, drafter="lookup")
+    assert "**The prompt-lookup drafter's q is one-hot" in h.sample(lookup).summary  # and q alone, by construction
+    assert "pick the drafter 'draft model'" in h.sample(lookup).summary
+
+
+def test_when_no_position_differs_beyond_the_noise_sample_says_so_and_offers_what_would(close_loader):
+    # a prompt whose first draft the verifier's nucleus excludes: rejected, and the bug emits p exactly there
+    s = decided_round(close_loader, lambda r: r.tested and all(e <= 0 for e in beyond_the_noise(r).values()), k=3,
+                      temperature=1.0, top_p=0.05, prompt="w3 w4")
+    r = s.walk.shown
+    view = h.sample(s)
+    assert view.summary.startswith(f"**At no tested position of round {r.index + 1} does the argmax bug land off p "
+                                   "by more than sampling noise can.**")
+    assert "step another round, let p and q spread out (a higher temperature" in view.summary
+    assert "the **Rule** tab" in view.summary
+    assert all("within the noise bound" in label for label, _ in h.sample_positions(s)[0])
 
 
 def test_sample_takes_a_picked_position_and_answers_a_bad_pick_with_a_problem(close_loader):
     s = decided_round(close_loader, lambda r: r.rejected_at == 1, k=3)         # kept, rejected, never tested
-    picked = h.sample(s, 1.0)                                                  # a whole float is the number 1
-    assert isinstance(picked, SampleView) and sampled_position(picked) == 1 and "as picked" in picked.summary
-    assert sampled_position(h.sample(s, 2)) == 2 and "decided the round" in h.sample(s, 2).summary
+    other = 3 - h.sample_positions(s)[1]                                       # the position not taken by default
+    picked = h.sample(s, float(other))                                         # a whole float is the number
+    assert isinstance(picked, SampleView) and sampled_position(picked) == other and "as picked" in picked.summary
+    assert "the position that decided the round" in h.sample(s, 2).summary
     for bad, said in ((99, "has no position 99"), (0, "has no position 0"), ("two", "Pick a position of round"),
                       (True, "Pick a position of round"), (3, "decided nothing (not tested: after the rejection)")):
         problem = h.sample(s, bad)
@@ -576,6 +612,31 @@ def test_trace_round_trip_replays_without_models_and_restores_the_settings(loade
     assert "finished" in step(offline, "step", s, replayed.form).status
     # changing a setting leaves the replay for a live run (here: no models, so it says so)
     assert step(offline, "step", s, {**replayed.form, "seed": 99}) == Problem(h.NOT_READY)
+
+
+def test_an_uploaded_trace_switches_the_step_through_to_it_at_once(loader, tmp_path):
+    final = list(h.run(loader, Session(), form(seed=5, temperature=0.9, max_new_tokens=8)))[-1]
+    s = Session()
+    for seed in range(10):                                        # a live round on show, its position sampled
+        step(loader, "accept", s, form(seed=seed))
+        if s.walk.shown.tested:
+            break
+        step(loader, "reset", s, form(seed=seed))
+    assert isinstance(h.sample(s), SampleView) and h.replayed_step(s, final.download) is None  # nothing uploaded yet
+    replayed = h.replay(s, final.download)
+    trace = s.replay
+    v = h.replayed_step(s, final.download)
+    name = final.download.rsplit("/", 1)[-1]
+    assert v.status.startswith(f"Replaying {name}: {plural(len(trace.rounds), 'round', 'rounds')} of the uploaded trace")
+    assert (v.table, v.dist, v.ratio, v.explain) == ("", None, None, "") and "No tokens yet." in v.text  # the old round gone
+    assert s.walk == Walkthrough() and h.sample_is_stale(s) and h.sample_positions(s) == ([], None)
+    offline = Loader(ModelChoice("embedded:none", None))
+    first = step(offline, "step", s, replayed.form)               # its first round, with no "restarted" notice
+    assert s.walk.rounds == trace.rounds[:1] and "changed" not in first.status
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json", encoding="utf-8")
+    assert isinstance(h.replay(s, str(bad)), Problem) and h.replayed_step(s, str(bad)) is None  # a refusal: as it was
+    assert s.walk.rounds == trace.rounds[:1]
 
 
 @pytest.mark.parametrize("content,said", [
