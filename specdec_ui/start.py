@@ -71,8 +71,10 @@ def build(prompt: str) -> tuple[gr.Accordion, list[tuple[Step, gr.Button]]]:
     return block, buttons
 
 
-# Opens a tab as a click on it would: an update of gr.Tabs' selected tab drew gradio's tab row twice.
-OPEN_TAB = "() => document.querySelector('[role=tab][data-tab-id=\"{tab}\"]')?.click()"
+# Opens a tab as a click on it would, and scrolls the page to the tab row, so that the tab's controls are on
+# screen under the path (the block above them is taller than a laptop's screen is left with).
+OPEN_TAB = ("() => {{ const tab = document.querySelector('[role=tab][data-tab-id=\"{tab}\"]'); if (!tab) return; "
+            "tab.click(); tab.closest('.tab-wrapper')?.scrollIntoView({{block: 'start'}}); }}")
 
 
 def wire(demo: gr.Blocks, block: gr.Accordion, buttons, form: dict, all_k: gr.Checkbox) -> None:

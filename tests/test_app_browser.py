@@ -181,7 +181,7 @@ def test_a_fresh_page_is_truthful_and_results_sit_by_the_controls(page, artifact
     expect(page.get_by_role("button", name="Download trace (JSON)")).to_be_disabled()
     page.get_by_role("button", name="Stop run").click()           # nothing runs: the page says so
     expect(page.get_by_text("Nothing is running.")).to_be_visible()
-    page.get_by_role("tab", name="Step through").click()
+    page.get_by_role("button", name="2 · One real round").click()  # Start here opens the tab, scrolled to it
     fill(page, k=3)
     page.get_by_role("button", name="Step round").click()
     expect(status(page, "Round 1: drafted, verified, decided and committed.")).to_be_visible()
