@@ -145,11 +145,8 @@ def _step(loader: Loader, action: str, session: Session, form: dict, all_k: bool
 
 
 ALL_K_LABEL = "Draft all K tokens every round (this tab only)"
-ALL_K_WHY = ("Here each round drafts all K tokens, so that you see the rule test several drafts. Run and Compare "
-             "stop a draft early once the draft model is less sure than **Draft confidence** in the sidebar, since every "
-             "drafted token costs a draft forward and a verifier row: on prose, where the draft is often wrong, that "
-             "took the embedded pair from 0.55x the verifier alone (all 6 drafted) to 0.99x, and on code it cost "
-             "nothing measurable (docs/results.md).")
+ALL_K_WHY = ("Here every round drafts all K, so that you see the rule test several drafts; Run and Compare stop a "
+             "draft once it is less sure than **Draft confidence** (faster on prose: docs/results.md).")
 
 
 def _requested(settings: RunSettings) -> bool:

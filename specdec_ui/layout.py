@@ -439,7 +439,8 @@ def _mistake(loader: Loader, name: str, value) -> str | None:
 
 def _hint(name: str, message: str | None = None):
     """The line under a field: the message of its mistake, or its hint."""
-    return gr.update(info=message or HINTS.get(name), elem_classes=["field-error"] if message else [])
+    # "" and not None where a field has no hint (the prompt): None would leave the message where it was
+    return gr.update(info=message or HINTS.get(name) or "", elem_classes=["field-error"] if message else [])
 
 
 def _checked(loader: Loader, name: str, value):
@@ -692,7 +693,7 @@ def _view_outputs(record, components: dict, form: dict, alert, sidebar, upload_m
                     _alert(result.field, result.message), result.field, open_sidebar=result.field in FORM)
             return skip + [gr.skip()] * len(form) + tail(f"⚠ {result.message}")
         if isinstance(result, Replayed):
-            restored = [gr.update(value=result.form[name], info=HINTS.get(name), elem_classes=[])
+            restored = [gr.update(value=result.form[name], info=HINTS.get(name) or "", elem_classes=[])
                         if name in result.form else gr.skip() for name in form]
             return values_of(result.view) + restored + tail("", upload_text="")
         if not first:

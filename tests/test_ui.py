@@ -1163,3 +1163,13 @@ def test_every_child_of_the_pages_tabs_is_a_tab():
     tabs = [b for b in demo.blocks.values() if isinstance(b, gr.Tabs)]
     assert len(tabs) == 1 and [c.label for c in tabs[0].children] == ["Rule", "Step through", "Run", "Compare"]
     assert all(isinstance(c, gr.Tab) for c in tabs[0].children)
+
+
+def test_a_fixed_field_without_a_hint_loses_its_message():
+    """gradio reads info=None as "leave it": the prompt, which has no hint, kept its message once fixed."""
+    from specdec_ui.layout import _hint
+    assert _hint("prompt")["info"] == "" and _hint("prompt", "Prompt is empty.")["info"] == "Prompt is empty."
+    assert _hint("k")["info"] == HINTS_K
+
+
+HINTS_K = "most tokens the draft proposes per round, 1 to 32 (a tree: its depth)"
