@@ -140,9 +140,10 @@ def measured_shapes(pair) -> dict | None:
 def predict(shapes: list[dict], costs: dict) -> list[dict]:
     """Each shape's predicted tokens per second from its counts and this machine's costs."""
     (va, vb), (da, db) = costs["verify"], costs["draft"]
+    rest = costs.get("round", 0.0)  # the round's work besides the forwards; a what-if of forwards alone leaves it out
     out = []
     for s in shapes:
-        ms = s["draft_forwards"] * da + s["draft_rows"] * db + va + vb * (s["nodes"] + 1) + costs["round"]
+        ms = s["draft_forwards"] * da + s["draft_rows"] * db + va + vb * (s["nodes"] + 1) + rest
         out.append({**s, "predicted_ms": ms, "predicted_tok_s": 1e3 * s["tokens_per_round"] / ms})
     return out
 
@@ -157,14 +158,14 @@ def choose(shapes: list[dict], costs: dict, k: int) -> tuple[int, int, str]:
     chain = best["width"] == 1
     others = [s for s in mine if (s["width"] > 1) == chain]
     va, vb = costs["verify"]
-    verify = va + vb * (best["nodes"] + 1)
+    verify, rest = va + vb * (best["nodes"] + 1), costs.get("round", 0.0)
     fit = (f"predicted {best['predicted_tok_s']:.1f} tok/s for it on a quiet machine, from this machine's timed "
            "forwards and rounds "
            "(the speed a run reports as its decoding tok/s: tokens / the rounds' compute) = "
            f"{best['tokens_per_round']:.2f} tokens per round (counted for these models by benchmarks/trees.py) / "
-           f"{best['predicted_ms']:.0f} ms per round (drafting {best['predicted_ms'] - verify - costs['round']:.0f} ms, "
+           f"{best['predicted_ms']:.0f} ms per round (drafting {best['predicted_ms'] - verify - rest:.0f} ms, "
            f"the verifier forward {verify:.0f} ms = {va:.0f} + {vb:.1f} ms per row × {best['nodes'] + 1:.1f} rows, the "
-           f"rest of the round {costs['round']:.0f} ms)")
+           f"rest of the round {rest:.0f} ms)")
     if not others:
         against = ""
     elif chain:
