@@ -16,7 +16,7 @@ $(PY):
 
 # The package's build compiles specdec's C++ kernels against the torch just installed (hence no
 # build isolation); without a compiler it installs without them and says so at run time.
-$(VENV)/.runtime: requirements.txt pyproject.toml setup.py specdec/csrc/qlinear.cpp | $(PY)
+$(VENV)/.runtime: requirements.txt pyproject.toml setup.py specdec/model/csrc/qlinear.cpp | $(PY)
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install --no-deps --no-build-isolation -e .
 	touch $@
@@ -29,7 +29,7 @@ setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
 
 browser: setup-dev
-	$(PY) -m specdec_ui.browser --ensure
+	$(PY) -m benchmarks.chromium --ensure
 
 # Warns up front (with the numbers) when memory or disk is short for a first run; never stops it.
 preflight:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from specdec.settings import add_model_arguments, models_from_args
+from specdec.decode.settings import add_model_arguments, models_from_args
 from specdec_ui.state import Loader
 
 

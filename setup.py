@@ -1,9 +1,9 @@
-"""Builds specdec's C++ kernels (specdec/csrc/qlinear.cpp) against the installed torch.
+"""Builds specdec's C++ kernels (specdec/model/csrc/qlinear.cpp) against the installed torch.
 
 Everything else about the package is in pyproject.toml. The build needs torch at build time, so
 install with ``pip install --no-build-isolation -e .`` after torch (the Makefile does). Where torch
 or a C++ compiler is missing the package installs without the kernels and specdec falls back to
-torch's own (``specdec.native.status`` says why).
+torch's own (``specdec.model.native.status`` says why).
 """
 from setuptools import setup
 
@@ -13,7 +13,7 @@ try:
 except ImportError:  # no torch in the build environment: no kernels, said at run time
     pass
 else:
-    ext_modules = [CppExtension("specdec._qlinear", ["specdec/csrc/qlinear.cpp"], optional=True,
+    ext_modules = [CppExtension("specdec.model._qlinear", ["specdec/model/csrc/qlinear.cpp"], optional=True,
                                 # -ffp-contract=off: no fused multiply-adds but those the code asks for,
                                 # so every instruction-set path computes the same bits
                                 # -fopenmp: at::parallel_for is a pragma in torch's headers, so without it

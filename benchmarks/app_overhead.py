@@ -57,7 +57,7 @@ class App:
     def __init__(self, log):
         from playwright.sync_api import sync_playwright
 
-        from specdec_ui import browser
+        from benchmarks import chromium as browser
         self.port = _free_port()
         self.process = subprocess.Popen([PY, "app.py", "--port", str(self.port)], cwd=ROOT,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
                for n in args.tokens}
     firsts = [r["app_vs_cli"] for r in results if r["fresh_app_first_run"]]
     first = {"budget": args.tokens[0], "app_vs_cli": statistics.median(firsts), "runs": firsts}
-    from specdec.precision import cpu_description
+    from specdec.model.precision import cpu_description
     env = _environment(first_cli["settings"], first_cli["precision_reason"])
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"app_overhead-{env['cpu_slug']}.json")
     write_json(out, {"benchmark": "app_overhead", **env, "cpu_description": cpu_description(),
@@ -218,7 +218,7 @@ def _environment(settings: dict, reason: str) -> dict:
     import torch
 
     from benchmarks.common import environment
-    from specdec.precision import Precision
+    from specdec.model.precision import Precision
     draft = settings.get("draft_precision")
     pair = SimpleNamespace(device=torch.device(settings["device"]),
                            precision=Precision.from_label(settings["precision"], reason), draft_precision=Precision.from_label(draft) if draft else None)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from specdec.precision import cpu_description
+from specdec.model.precision import cpu_description
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,8 +62,8 @@ def timed_variants(k: int, names: tuple[str, ...] | None = None) -> list:
     """The CPU kernel variants worth measuring further here: every one the calibration timed
     within ``SKIP_FACTOR`` of the fastest at one row (a reference path, seconds a forward, is left
     out), optionally of the given representations."""
-    from specdec.calibration import SKIP_FACTOR
-    from specdec.precision import cpu_timings, cpu_variants
+    from specdec.model.calibration import SKIP_FACTOR
+    from specdec.model.precision import cpu_timings, cpu_variants
     timings = cpu_timings(k)
     fastest = min(t[0] for t in timings.values())
     return [v for v in cpu_variants() if (names is None or v.name in names)

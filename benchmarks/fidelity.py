@@ -11,10 +11,11 @@ from pathlib import Path
 
 import torch
 
-from specdec.cache import CachedLM
-from specdec.embedded import EMBEDDED, transformers_model
-from specdec.loading import load_model
-from specdec.precision import Precision
+from specdec.model.lm import CachedLM
+from specdec.model.precision import Precision
+from specdec.weights.catalogue import EMBEDDED
+from specdec.weights.gguf import transformers_model
+from specdec.weights.loading import load_model
 
 TOKENS = 2048
 CHUNK = 256

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from specdec.theory import round_timeline, tokens_per_round
+from specdec.teach.theory import round_timeline, tokens_per_round
 
 P_COLOR, Q_COLOR = "#2563eb", "#ea580c"
 

@@ -11,7 +11,7 @@ are some, so that the two-minute calibration is not what is measured):
    place, packs both models into the precisions this machine picks and saves them. Its wall time
    and its peak resident memory (``ru_maxrss`` of that process alone, from ``wait4``; a child's
    figure starts from its parent's size at the fork, and this script never loads a model).
-2. **disk**: what the cache then holds (``specdec.store``: blocks really used).
+2. **disk**: what the cache then holds (``specdec.weights.store``: blocks really used).
 3. **warm CLI**: the same command with one new token, ``--repeats`` times: the seconds from the
    process's start to "models ready" (its progress line) and to its exit with the first token.
 4. **warm app**: ``python app.py``, to the line "models ready in N s" it prints, ``--repeats`` times.
@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="check the script on nothing (the tests' run)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    from specdec import store
-    from specdec.store import cache_root
+    from specdec.options import cache_root
+    from specdec.weights import store
     cache = Path(tempfile.mkdtemp(prefix="specdec-first-run-"))
     env = {**os.environ, "SPECDEC_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
     timings = cache_root() / "calibration"

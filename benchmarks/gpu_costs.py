@@ -29,15 +29,15 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import ROOT, environment, write_json
-from specdec.cache import CachedLM
-from specdec.costfit import fit_line
-from specdec.devices import Clock, resolve_device
-from specdec.graphs import available as graphs_available
-from specdec.loading import GPU_PAD_ROWS
-from specdec.pairing import ModelPair
-from specdec.precision import Precision, choose
-from specdec.qwen2 import LeanQwen2
-from specdec.theory import tokens_per_round
+from specdec.model.devices import Clock, resolve_device
+from specdec.model.graphs import available as graphs_available
+from specdec.model.lm import CachedLM
+from specdec.model.precision import Precision, choose
+from specdec.model.qwen2 import LeanQwen2
+from specdec.model.timing import fit_line
+from specdec.teach.theory import tokens_per_round
+from specdec.weights.loading import GPU_PAD_ROWS
+from specdec.weights.pairing import ModelPair
 
 # Qwen2.5-Coder-0.5B/1.5B-Instruct as the embedded GGUFs convert (separate output layers)
 SHAPES = {
@@ -119,7 +119,7 @@ def time_rows(model: LeanQwen2, context: int, rows, reps: int) -> dict[int, floa
 
 
 def fit(times: dict[int, float]) -> tuple[float, float]:
-    """(t_f, t_r) over the measured L, by :func:`specdec.costfit.fit_line`."""
+    """(t_f, t_r) over the measured L, by :func:`specdec.model.timing.fit_line`."""
     return fit_line(list(times), list(times.values()))
 
 

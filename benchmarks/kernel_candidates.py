@@ -11,7 +11,7 @@
    generated code holds a CPP micro-GEMM at all.
 2. torchao's CPU kernels (``da8w4_linear_cpu``): whether the installed or installable torchao has
    them.
-3. Ours: ``specdec`` int8 and int4 (:mod:`specdec.native`).
+3. Ours: ``specdec`` int8 and int4 (:mod:`specdec.model.native`).
 
 Every candidate is timed interleaved with ``specdec int4`` in its own process (1 and 7 rows, rep
 by rep, median), so a busy neighbour moves both and the ratio stays readable.
@@ -71,7 +71,7 @@ class WeightOnly8(torch.nn.Module):
 class WeightOnly4(torch.nn.Module):
     def __init__(self, w: torch.Tensor):
         super().__init__()
-        from specdec.kernels import Int4Linear
+        from specdec.model.kernels import Int4Linear
         ref = Int4Linear.from_weight(w, None)
         self.register_buffer("packed", ref.packed)
         self.register_buffer("sz", ref.scales_and_zeros)
@@ -81,7 +81,7 @@ class WeightOnly4(torch.nn.Module):
 
 
 def ours(name: str, w: torch.Tensor):
-    from specdec.native import NativeInt4Linear, NativeInt8Linear
+    from specdec.model.native import NativeInt4Linear, NativeInt8Linear
     return (NativeInt8Linear if name == "specdec int8" else NativeInt4Linear).from_weight(w, None)
 
 

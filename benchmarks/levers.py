@@ -26,13 +26,14 @@ import torch
 from benchmarks.common import ROOT, environment, write_json
 from benchmarks.profile import CONTEXT, context_ids, forward_times
 from benchmarks.throughput import draft_cost_ratio
-from specdec import DecodeConfig, Generation
-from specdec.cache import CachedLM
-from specdec.drafters import ModelDrafter
-from specdec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
-from specdec.loading import TRANSFORMERS, load_model, load_pair
-from specdec.pairing import ModelPair
-from specdec.precision import cpu_variants
+from specdec import DecodeConfig
+from specdec.decode.drafters import ModelDrafter
+from specdec.decode.start import start
+from specdec.model.lm import CachedLM
+from specdec.model.precision import cpu_variants
+from specdec.weights.catalogue import DEFAULT_DRAFT, DEFAULT_TARGET
+from specdec.weights.loading import TRANSFORMERS, load_model, load_pair
+from specdec.weights.pairing import ModelPair
 
 ROWS = (1, 2, 3, 5, 7)
 CUT = 32768  # ids the cut draft output layer scores (plus every special token)
@@ -68,7 +69,7 @@ def interleaved_ms(models: dict, vocab: int, rows: int = 1, reps: int = 25) -> d
 
 
 def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig) -> dict:
-    gens = [Generation.from_prompt(pair, p, cfg, drafter).run() for p in PROMPTS]
+    gens = [start(pair, p, cfg, drafter).run() for p in PROMPTS]
     tokens = sum(len(g.token_ids) for g in gens)
     wall = sum(g.summary().wall_s for g in gens)
     drafted = sum(g.summary().drafted for g in gens)
@@ -135,7 +136,7 @@ def main(argv=None) -> int:
     global PROMPTS
     PROMPTS = PROMPTS[:2] if args.quick else PROMPTS
     cfg = DecodeConfig(max_new_tokens=n)
-    Generation.from_prompt(pair, "def warmup():", DecodeConfig(max_new_tokens=8), "model").run()
+    start(pair, "def warmup():", DecodeConfig(max_new_tokens=8), "model").run()
     e2e = {"verifier only": end_to_end(pair, "none", cfg)}
     base_ids = e2e["verifier only"]["token_ids"]
     for label, (model, prec) in drafts.items():

@@ -30,10 +30,10 @@ from benchmarks.common import environment, timed_variants, write_json
 from benchmarks.sweep import pooled, run
 from benchmarks.throughput import CODE
 from specdec import DecodeConfig
-from specdec.cache import CachedLM
-from specdec.costfit import fit_line
-from specdec.kernels import PackedLinear
-from specdec.settings import add_model_arguments
+from specdec.decode.settings import add_model_arguments
+from specdec.model.kernels import PackedLinear
+from specdec.model.lm import CachedLM
+from specdec.model.timing import fit_line
 
 CONTEXT = 200  # tokens already in the cache when the timed forward starts (levers.py uses it too)
 DRAFTERS = {"speculative, draft model": "model", "speculative, prompt lookup": "lookup", "verifier only": "none"}
@@ -100,8 +100,8 @@ def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
     once and their forwards interleaved (rep by rep, variant by variant, L by L). A variant the
     calibration dropped as a reference path (10x slower than the fastest, seconds a forward) is
     left out and said so."""
-    from specdec.loading import load_model
-    from specdec.precision import cpu_variants
+    from specdec.model.precision import cpu_variants
+    from specdec.weights.loading import load_model
     variants = timed_variants(k, ("int8", "int4"))
     out = {"left out": sorted(v.label for v in cpu_variants() if v.name in ("int8", "int4") and v not in variants)}
     for role, name in (("verifier", pair.target_name), ("draft", pair.draft_name)):
@@ -131,7 +131,7 @@ def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
 
 
 def fit(lengths: list[int], samples: list[list[float]], k: int) -> dict:
-    """t(L) = t_f + t_r·L by :func:`specdec.costfit.fit_line` on the median of each L's samples (seconds),
+    """t(L) = t_f + t_r·L by :func:`specdec.model.timing.fit_line` on the median of each L's samples (seconds),
     in ms, with R^2 and the raw times; ``a_ms`` is t_f and ``b_ms_per_token`` t_r (the JSON's names). The
     median, not the mean: on a busy machine a few reps are preempted.
     ``verify_vs_decode_k<k>`` is the fitted cost of a (k+1)-token verification over a 1-token forward."""

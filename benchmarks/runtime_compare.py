@@ -19,10 +19,19 @@ import torch
 
 from benchmarks import tiny_pair
 from benchmarks.common import write_json
-from benchmarks.profile import CONTEXT, DRAFTERS, context_ids, fit, forward_costs, setup, timed
+from benchmarks.profile import (
+    CONTEXT,
+    DRAFTERS,
+    context_ids,
+    fit,
+    forward_costs,
+    setup,
+    timed,
+)
 from benchmarks.sweep import pooled, run
 from benchmarks.throughput import llama_cpp_runner
-from specdec.embedded import DEFAULT_TARGET, EMBEDDED, gguf_file
+from specdec.weights.catalogue import DEFAULT_TARGET, EMBEDDED
+from specdec.weights.gguf import gguf_file
 
 LOOKUP_NGRAM = 3  # the longest n-gram both prompt-lookup drafters match (ours: LookupDrafter's max_ngram)
 

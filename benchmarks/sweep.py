@@ -18,12 +18,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from benchmarks import tiny_pair
+from benchmarks.chromium import find_chromium
 from benchmarks.common import environment, write_json
 from benchmarks.throughput import CODE, geomean
 from specdec import DecodeConfig, Generation, SamplingConfig, make_drafter
-from specdec.settings import add_model_arguments
+from specdec.decode.settings import add_model_arguments
 from specdec.trace import ACCEPTED, REJECTED, RunSummary, summarize
-from specdec_ui.browser import find_chromium
 
 KS, TEMPERATURES = (1, 2, 3, 4, 6, 8), (0.0, 0.5, 1.0)
 QUICK_KS, QUICK_TEMPERATURES = (1, 4), (0.0, 1.0)

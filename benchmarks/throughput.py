@@ -24,12 +24,14 @@ import torch
 
 from benchmarks.common import ROOT, environment, timed_variants, write_json
 from benchmarks.fidelity import fidelity
-from specdec import DecodeConfig, Generation, SamplingConfig, load_pair
-from specdec.embedded import EMBEDDED, gguf_file
-from specdec.loading import TRANSFORMERS
-from specdec.store import cache_root
-from specdec.settings import add_model_arguments, models_from_args
-from specdec.precision import Precision, cpu_timings
+from specdec import DecodeConfig, SamplingConfig, load_pair
+from specdec.decode.settings import add_model_arguments, models_from_args
+from specdec.decode.start import start
+from specdec.model.precision import Precision, cpu_timings
+from specdec.options import cache_root
+from specdec.weights.catalogue import EMBEDDED
+from specdec.weights.gguf import gguf_file
+from specdec.weights.loading import TRANSFORMERS
 
 CODE = [
     "Write a Python function that returns the n-th Fibonacci number.",
@@ -61,7 +63,7 @@ def draft_cost_ratio(gen) -> float | None:
 
 
 def ours(pair, prompt, cfg, drafter):
-    gen = Generation.from_prompt(pair, prompt, cfg, drafter).run()
+    gen = start(pair, prompt, cfg, drafter).run()
     s = gen.summary()
     out = {"tokens": s.new_tokens, "wall_s": s.wall_s, "tok_s": s.tokens_per_s, "rounds": s.rounds,
            "target_forwards": s.target_forwards, "drafted": s.drafted, "accepted": s.accepted,

@@ -11,8 +11,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from benchmarks.common import ROOT
-from specdec.pairing import ModelPair
-from specdec.precision import Precision
+from specdec.model.precision import Precision
+from specdec.weights.pairing import ModelPair
 
 V = 64          # real tokens; the models get 8 padding rows beyond them, Qwen-style
 EOS = V - 1
@@ -63,10 +63,10 @@ def _prompt(i: int, length: int = 12) -> list[int]:
 def load(args, texts: list[str]) -> tuple[ModelPair, list[tuple[str, list[int]]]]:
     """The pair a benchmark measures and its prompts as (label, token ids): under ``--tiny`` the
     tiny pair and as many random prompts as ``texts``; otherwise the models named by the shared
-    model options (``specdec.settings.add_model_arguments``) and ``texts`` through the chat template."""
+    model options (``specdec.decode.settings.add_model_arguments``) and ``texts`` through the chat template."""
     if args.tiny:
         return pair(), [(f"tiny prompt {i}", _prompt(i)) for i in range(len(texts))]
-    from specdec.settings import models_from_args
+    from specdec.decode.settings import models_from_args
     real = models_from_args(args).load()
     return real, [(text, real.encode(text)) for text in texts]
 
@@ -78,7 +78,7 @@ def default_out(benchmark: str, env: dict, tiny: bool) -> Path:
 
 def lean_pair(seed: int = 0, noise: float = 0.3) -> ModelPair:
     """The tiny pair on specdec's lean Qwen2 forward (float32), as the tree drafter needs."""
-    from specdec.qwen2 import LeanQwen2
+    from specdec.model.qwen2 import LeanQwen2
     base = pair(seed, noise)
     prec = base.precision
 

@@ -1,7 +1,7 @@
 """Token trees against the chain at the same depth K: a width x node-budget sweep at T = 0 and
 T = 0.8 on code and prose prompts, with the verifier-only baseline, this machine's cost fit and
 the shape it predicts best. Writes JSON (and, for the embedded pair, the counts the tree
-drafter's default shape is chosen from: ``specdec/tree_shapes.json``).
+drafter's default shape is chosen from: ``specdec/decode/tree_shapes.json``).
 
     python -m benchmarks.trees            # W in 2,3 x N in 8,12,20 and the chain; 4 code + 2 prose prompts x 48 tokens
     python -m benchmarks.trees --quick    # W 2 x N 8, 2 code + 1 prose prompt x 16 tokens
@@ -18,8 +18,8 @@ from benchmarks import tiny_pair
 from benchmarks.common import environment, write_json
 from benchmarks.throughput import CODE, PROSE, geomean
 from specdec import DecodeConfig, Generation, SamplingConfig, make_drafter
-from specdec.settings import add_model_arguments
-from specdec.tree_shape import SHAPES_FILE, measure_costs, predict
+from specdec.decode.settings import add_model_arguments
+from specdec.decode.tree_shape import SHAPES_FILE, measure_costs, predict
 
 K = 6
 WIDTHS, BUDGETS = (2, 3), (8, 12, 20)

@@ -17,7 +17,7 @@ print("torch", torch.__version__, "transformers", transformers.__version__,
 EOF
 python -c "import pytest" 2>/dev/null || python -m pip install --no-index --find-links wheels pytest
 # the gpu tier only: the CPU suite needs the embedded weights and the dev tools, absent there
-timeout 300 python -m pytest -q -m gpu -o addopts="--strict-markers -ra" tests/test_devices.py tests/test_device_path.py \
+timeout 300 python -m pytest -q -m gpu -o addopts="--strict-markers -ra" tests/model/test_devices.py tests/model/test_device_path.py \
   2>&1 | tee "$OUT/gpu-tests.log"
 tests=${PIPESTATUS[0]}
 slug=$(python -c "import torch,re;print(re.sub(r'[^a-z0-9]+','-',('cuda '+torch.cuda.get_device_name(0)).lower()).strip('-'))" 2>/dev/null || echo mps)

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import argparse
 
-from specdec import DecodeConfig, Generation, ModelChoice, RunSettings, SamplingConfig, load_pair, save_round_figure
-from specdec.figure import PHASE_NAMES, generation_context
+from specdec import (
+    DecodeConfig,
+    ModelChoice,
+    RunSettings,
+    SamplingConfig,
+    load_pair,
+    save_round_figure,
+)
+from specdec.decode.start import start
+from specdec.teach.figure import PHASE_NAMES, generation_context
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 
@@ -25,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     pair = load_pair(device="cpu")
     for seed in range(10):
         cfg = DecodeConfig(max_new_tokens=32, k=4, confidence=0.0, seed=seed, sampling=SamplingConfig(0.8))
-        gen = Generation.from_prompt(pair, args.prompt, cfg, drafter="model")
+        gen = start(pair, args.prompt, cfg, drafter="model")
         r = next((r for r in gen if r.rejected_at is not None and r.rejected_at >= 1
                   and r.positions[r.rejected_at].q >= 0.5), None)
         if r is not None:

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/screenshot.py [--out docs/app.png] [--max-new-tokens 40]
 
 Launches the app in this process on a free localhost port and drives headless Chromium (found
-by ``specdec_ui.browser``, the same lookup the tests use).
+by ``benchmarks.chromium``, the same lookup the tests use).
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
 
+from benchmarks import chromium as browser
 from specdec import ModelChoice
-from specdec_ui import browser
 from specdec_ui.layout import build_demo, launch
 from specdec_ui.state import Loader
 

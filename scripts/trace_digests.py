@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import tiny  # noqa: E402
+from helpers import tiny  # noqa: E402
 
-from specdec.config import DecodeConfig, SamplingConfig  # noqa: E402
-from specdec.engine import Generation, make_drafter  # noqa: E402
+from specdec.decode.engine import Generation  # noqa: E402
+from specdec.decode.start import make_drafter  # noqa: E402
+from specdec.options import DecodeConfig, SamplingConfig  # noqa: E402
 
 TIMING = ("times", "elapsed")
 

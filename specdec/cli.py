@@ -10,14 +10,20 @@ import json
 import sys
 from dataclasses import replace
 
-from .config import ConfigError
-from .errors import ModelLoadError
-from .engine import Generation
-from .exactness import explain, how_exact
-from .render import first_difference
-from .sampling import NumericalError
-from .settings import ModelChoice, RunSettings, add_run_arguments, settings_from_args
-from .trace import TraceFile
+from specdec.decode.engine import Generation
+from specdec.decode.sampling import NumericalError
+from specdec.decode.settings import (
+    ModelChoice,
+    RunSettings,
+    add_run_arguments,
+    settings_from_args,
+)
+from specdec.decode.start import start
+from specdec.options import ConfigError
+from specdec.teach.exactness import explain, how_exact
+from specdec.teach.render import first_difference
+from specdec.trace import TraceFile
+from specdec.weights.errors import ModelLoadError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +56,7 @@ def _line(name: str, s: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "cache":
-        from . import store
+        from specdec.weights import store
         if args.action == "clear":
             print(f"removed {store.clear(args.all) / 1e9:.3f} GB")
         print(store.show())
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = RunSettings(asked.prompt, asked.drafter, asked.decode, ModelChoice.of(pair), asked.chat_template)
 
         def run(drafter: str) -> Generation:
-            gen = Generation.from_prompt(pair, settings.prompt, settings.decode, drafter, settings.chat_template)
+            gen = start(pair, settings.prompt, settings.decode, drafter, settings.chat_template)
             if gen.tree_shape:
                 print(f"tree shape {gen.tree_shape}", file=sys.stderr)
             return gen.run()

@@ -94,7 +94,7 @@ class PhaseTimes:
 @dataclass(frozen=True)
 class TreeNode:
     """One node of a round's token tree and what the rule made of it (SpecInfer; recursive
-    rejection sampling, :func:`specdec.rule.verify_tree`). Children are tested in index order:
+    rejection sampling, :func:`specdec.decode.rule.verify_tree`). Children are tested in index order:
     each against the residual the previous sibling's rejection left (``residual_top``)."""
 
     parent: int                   # index of the parent node; -1 for the root
@@ -123,7 +123,7 @@ class TreeRound:
 
 @dataclass(frozen=True)
 class RoundTrace:
-    """One round. Invariants (tests/test_engine.py): ``len(emitted) == n_accepted + 1`` and
+    """One round. Invariants (tests/decode/test_engine.py): ``len(emitted) == n_accepted + 1`` and
     ``next_kind`` is set, unless the round ended at a stop token among the kept drafts, where
     ``len(emitted) == n_accepted`` and ``next_kind`` is None; ``next_kind == BONUS`` iff every
     draft was kept and emitted; the positions after ``n_accepted`` are rejected (the first),

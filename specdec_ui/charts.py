@@ -1,4 +1,4 @@
-"""Plotly figures for the app, built from trace records and the plain data of ``specdec.render``.
+"""Plotly figures for the app, built from trace records and the plain data of ``specdec.teach.render``.
 
 Every legend entry means one thing (one trace per meaning, never a per-bar colour list), every
 axis has a title, and a value of zero is drawn as such rather than as a missing bar.
@@ -10,12 +10,20 @@ from itertools import groupby
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specdec.experiment import BUGS, OTHER, Histogram, overlap
-from specdec.figure import COLORS
-from specdec.render import PHASE_NAMES, draft_depth, round_stats
-from specdec.theory import CostModel, tokens_per_round, tokens_per_round_drafted
-from specdec.tokenkind import MIN_TESTED, KindCount
-from specdec.trace import ACCEPTED, BONUS, PHASES, PLAIN, REJECTED, UNREACHED, RoundTrace
+from specdec.teach.experiment import BUGS, OTHER, Histogram, overlap
+from specdec.teach.figure import COLORS  # noqa: F401 (the app reads the palette here)
+from specdec.teach.render import PHASE_NAMES, draft_depth, round_stats
+from specdec.teach.theory import CostModel, tokens_per_round, tokens_per_round_drafted
+from specdec.teach.tokenkind import MIN_TESTED, KindCount
+from specdec.trace import (
+    ACCEPTED,
+    BONUS,
+    PHASES,
+    PLAIN,
+    REJECTED,
+    UNREACHED,
+    RoundTrace,
+)
 
 # One colour per kind of token (COLORS), shared by the charts, the token CSS (layout.CSS) and the round's figure.
 BAR = {ACCEPTED: "#16a34a", REJECTED: "#dc2626", UNREACHED: "#9ca3af"}  # saturated, for bars on white
@@ -241,7 +249,7 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
 def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
     """Measured tokens per round against E(a, K) averaged over the K each round really drafted
     (adaptive drafting drafts fewer than the nominal K); for a tree, K is its depth and a the share
-    of steps down the tree that succeeded (:func:`specdec.render.draft_depth`)."""
+    of steps down the tree that succeeded (:func:`specdec.teach.render.draft_depth`)."""
     s = round_stats(rounds)
     drafted = [draft_depth(r) for r in rounds]
     k = max(*drafted, 1) if drafted else 1
@@ -265,7 +273,7 @@ def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
 
 
 FAINT = 0.35  # the opacity of a bar resting on fewer than MIN_TESTED tests
-# The classes as a chart's rows: short enough for a 400 px screen (specdec.tokenkind.KIND_NAMES in full)
+# The classes as a chart's rows: short enough for a 400 px screen (specdec.teach.tokenkind.KIND_NAMES in full)
 KIND_ROWS = {"whitespace": "whitespace", "punctuation": "punctuation, operators", "keyword": "keywords",
              "identifier": "identifiers", "number": "numbers", "word": "prose words", "other": "other"}
 

@@ -12,8 +12,8 @@ from functools import partial
 import gradio as gr
 
 from specdec import Generation, round_figure
-from specdec.figure import PHASE_NAMES, generation_context
-from specdec.render import output_text, segments
+from specdec.teach.figure import PHASE_NAMES, generation_context
+from specdec.teach.render import output_text, segments
 
 from .state import Loader, Session
 

@@ -20,16 +20,50 @@ from dataclasses import replace
 from functools import partial
 from typing import Iterator
 
-from specdec import ConfigError, DecodeConfig, Generation, NumericalError, RunSettings, TraceFile
-from specdec.experiment import bug_tv, histogram, lumped, tv_noise_bound
-from specdec.render import UNTESTED_WHY, plural
+from specdec import (
+    ConfigError,
+    DecodeConfig,
+    Generation,
+    NumericalError,
+    RunSettings,
+    TraceFile,
+)
+from specdec.decode.start import start
+from specdec.teach.experiment import bug_tv, histogram, lumped, tv_noise_bound
+from specdec.teach.render import UNTESTED_WHY, plural
 
 from . import charts
 from .charts import CHAIN, SPECULATIVE, TREE, VERIFIER_ONLY
-from .state import (FIELD_LABELS, TREE_FIELDS, CpuShare, Loader, Replay, Session, Worker, changes, form_defaults, form_values,
-                    model_field, parse_form, parse_models)
-from .views import (REAL_TREE, REAL_TREE_BUTTON, CompareView, Problem, Replayed, RunView, SampleView, StepView,
-                    compare_view, field_message, run_view, shape_text, step_view)
+from .state import (
+    FIELD_LABELS,
+    TREE_FIELDS,
+    CpuShare,
+    Loader,
+    Replay,
+    Session,
+    Worker,
+    changes,
+    form_defaults,
+    form_values,
+    model_field,
+    parse_form,
+    parse_models,
+)
+from .views import (
+    REAL_TREE,
+    REAL_TREE_BUTTON,
+    CompareView,
+    Problem,
+    Replayed,
+    RunView,
+    SampleView,
+    StepView,
+    compare_view,
+    field_message,
+    run_view,
+    shape_text,
+    step_view,
+)
 
 NOT_READY = "The models are still loading; this works as soon as they are ready."
 WAITING = "Waiting for another session's round to finish (the models are shared, one round at a time)..."
@@ -93,7 +127,7 @@ def _step_source(loader: Loader, session: Session, form: dict, all_k: bool = Fal
         settings = replace(settings, decode=replace(settings.decode, confidence=0.0))
     # a generation holds the pair it began on: after a switch of the models it is not continued
     if not isinstance(session.gen, Generation) or session.gen.pair is not loader.pair or settings != session.settings:
-        return settings, Generation.from_prompt(loader.pair, settings.prompt, settings.decode, settings.drafter)
+        return settings, start(loader.pair, settings.prompt, settings.decode, settings.drafter)
     return settings, None
 
 
@@ -118,7 +152,7 @@ def _step(loader: Loader, action: str, session: Session, form: dict, all_k: bool
     notice = ""
     try:
         if action == "reset" and not fresh:
-            fresh = Replay(session.replay) if session.replay is not None else Generation.from_prompt(
+            fresh = Replay(session.replay) if session.replay is not None else start(
                 loader.pair, settings.prompt, settings.decode, settings.drafter)
         if fresh is not None:
             if session.gen is not None and action != "reset":
@@ -320,7 +354,7 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
         yield settings
         return
     try:
-        gen = Generation.from_prompt(loader.pair, settings.prompt, settings.decode, settings.drafter)
+        gen = start(loader.pair, settings.prompt, settings.decode, settings.drafter)
     except ConfigError as e:
         yield _problem(e, form)
         return
@@ -434,8 +468,8 @@ def _runs(value) -> int:
 
 def _differences(pair, pairs: list[dict]) -> dict:
     """Per speculative side, the first pair of greedy runs whose output differs from verifier-only,
-    explained (:func:`specdec.exactness.explain`: a near-tie or a bug)."""
-    from specdec.exactness import explain
+    explained (:func:`specdec.teach.exactness.explain`: a near-tie or a bug)."""
+    from specdec.teach.exactness import explain
     base, *specs = list(pairs[0])
     out = {}
     for n in specs:
@@ -466,7 +500,7 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
         pairs = []
         for i in range(n_runs):
             cfg = replace(settings.decode, seed=settings.decode.seed + i, ignore_eos=not greedy)
-            pairs.append({name: Generation.from_prompt(loader.pair, settings.prompt, cfg, drafter)
+            pairs.append({name: start(loader.pair, settings.prompt, cfg, drafter)
                           for name, drafter in sides})
     except ConfigError as e:
         yield _problem(e, {**form, "runs": runs})

@@ -17,14 +17,36 @@ import gradio as gr
 
 from specdec import ConfigError, ModelChoice
 
-from . import charts, figure_views, notebooks
+from . import charts, figure_views, notebooks, rule_tab, start
 from . import handlers as h
-from . import rule_tab, start
 from .charts import COLORS
-from .state import (FIELD_LABELS, FIELDS, FORM, HINTS, MODEL_CHOICES, MODEL_FIELDS, MODEL_FORM, Loader, Session,
-                    check_field, form_defaults, model_values)
-from .views import (REAL_TREE, REAL_TREE_BUTTON, UNCHANGED, CompareView, Problem, Replayed, RunView, SampleView,
-                    StepView, legend_html, plain_html)
+from .state import (
+    FIELD_LABELS,
+    FIELDS,
+    FORM,
+    HINTS,
+    MODEL_CHOICES,
+    MODEL_FIELDS,
+    MODEL_FORM,
+    Loader,
+    Session,
+    check_field,
+    form_defaults,
+    model_values,
+)
+from .views import (
+    REAL_TREE,
+    REAL_TREE_BUTTON,
+    UNCHANGED,
+    CompareView,
+    Problem,
+    Replayed,
+    RunView,
+    SampleView,
+    StepView,
+    legend_html,
+    plain_html,
+)
 
 EXAMPLES = [
     # the default: on the embedded pair its first round drafts six tokens, keeps five and replaces the sixth
@@ -710,7 +732,7 @@ def _streaming(show, handler):
 
 
 def _info(loader: Loader) -> str:
-    from specdec.exactness import how_exact
+    from specdec.teach.exactness import how_exact
     p = loader.pair
     if p is None:
         return "Models: " + (f"failed to load: {loader.error}" if loader.error else "loading...")

@@ -3,9 +3,9 @@
 A handful of tokens, a weight per token for p (verifier) and for q (draft), each column divided by
 its total. Live: where p and q overlap (β = Σ min(p, q)), the residual, the chance of keeping each
 token, and the tokens per round E(α, K) a constant α = β would give. One click samples the pure rule
-(:func:`specdec.experiment.emitted`, through :func:`specdec.rule.verify`) beside one classic bug. A
+(:func:`specdec.teach.experiment.emitted`, through :func:`specdec.decode.rule.verify`) beside one classic bug. A
 preset loads one tested position of the round the Step through tab shows, its top tokens and the rest
-lumped (:func:`specdec.experiment.lumped`), as its sample view does.
+lumped (:func:`specdec.teach.experiment.lumped`), as its sample view does.
 
 The handlers are plain functions of the weights and return view records (or a Problem); ``build``
 wires them into one tab.
@@ -20,8 +20,16 @@ from typing import Any
 import gradio as gr
 import torch
 
-from specdec.experiment import BUGS, OTHER, exact_emitted, lumped, overlap, sample_rule_and_bug, tv_distance
-from specdec.theory import tokens_per_round
+from specdec.teach.experiment import (
+    BUGS,
+    OTHER,
+    exact_emitted,
+    lumped,
+    overlap,
+    sample_rule_and_bug,
+    tv_distance,
+)
+from specdec.teach.theory import tokens_per_round
 
 from . import charts
 from . import handlers as h
@@ -302,7 +310,7 @@ def sample(labels, p_weights, q_weights, n, bug: str, seed: int = 0) -> RuleSamp
              f"from p; the noise bound 1.5 · Σ √(p(1 − p)/N) = **{bound:.3f}** is what sampling noise alone may give "
              "(docs/notation.md).",
              f"* **The rule** (draft x from q, keep it iff u ≤ p(x)/q(x), else draw from the residual; "
-             f"`specdec.rule.verify`): TV from p = **{hist.tv_correct:.3f}**, {where(hist.tv_correct)}.",
+             f"`specdec.decode.rule.verify`): TV from p = **{hist.tv_correct:.3f}**, {where(hist.tv_correct)}.",
              f"* **The bug, {BUGS[bug]}** ({BUG_WHY[bug]}): TV from p = **{hist.tv_bug:.3f}**, {where(hist.tv_bug)} "
              f"(its exact TV: {exact:.3f})."]
     if exact <= bound:

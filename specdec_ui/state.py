@@ -15,13 +15,22 @@ from typing import Callable, get_args
 
 import torch
 
-from specdec import (ConfigError, Generation, ModelChoice, ModelLoadError, NumericalError, RoundTrace, RunSettings,
-                     TraceFile)
-from specdec.devices import DEVICES
-from specdec.loading import check_source
+from specdec import (
+    ConfigError,
+    Generation,
+    ModelChoice,
+    ModelLoadError,
+    NumericalError,
+    RoundTrace,
+    RunSettings,
+    TraceFile,
+)
+from specdec.decode.start import start
+from specdec.model.devices import DEVICES
+from specdec.model.precision import PRECISIONS
 from specdec.options import build, flat, options_of
-from specdec.precision import PRECISIONS
-from specdec.render import PHASES_OF_A_ROUND
+from specdec.teach.render import PHASES_OF_A_ROUND
+from specdec.weights.loading import check_source
 
 # The settings form: the options the app shows (those with a label, :mod:`specdec.options`), in
 # their order; the handlers receive a dict keyed by their names.
@@ -204,7 +213,7 @@ class Loader:
             with old.lock:
                 for session in list(self._sessions.values()):
                     session.let_go()
-            from specdec.loading import unload
+            from specdec.weights.loading import unload
             unload(old)
             del old
             gc.collect()
@@ -246,8 +255,8 @@ class Loader:
         """This machine's cost fit of a verifier forward over L rows, t_f + t_r·L, which the Verify text
         compares each round with: from the calibration cache, else timed once (a few seconds) while no
         round runs. The buttons work meanwhile; a round pressed then waits for the timing to end."""
-        from specdec.tree import require_lean
-        from specdec.tree_shape import machine_costs
+        from specdec.decode.tree import require_lean
+        from specdec.decode.tree_shape import machine_costs
         try:
             require_lean(self.pair)  # the fit times tree forwards of both models
         except ConfigError:
@@ -263,7 +272,7 @@ def warm_up(pair) -> None:
     touch) and the kernels' first calls are paid while loading, not by the learner's first round."""
     from specdec import DecodeConfig
     cfg = DecodeConfig(max_new_tokens=48, ignore_eos=True)
-    Generation.from_prompt(pair, "Write a Python function that adds two numbers.", cfg,
+    start(pair, "Write a Python function that adds two numbers.", cfg,
                            "model" if pair.draft is not None else "none").run()
 
 

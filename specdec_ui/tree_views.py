@@ -9,12 +9,28 @@ from __future__ import annotations
 
 from html import escape
 
-from specdec.figure import visible
-from specdec.render import DASH
-from specdec.render_tree import (AGAINST, GREEDY_OMITS, R_AFTER, TREE_HEADERS, VERDICT, tree_layout,
-                                 tree_test_rows)
-from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, ROOT, UNTESTED, RoundTrace
-from specdec.tree import mask_grid
+from specdec.decode.tree import mask_grid
+from specdec.teach.figure import visible
+from specdec.teach.render import DASH
+from specdec.teach.render_tree import (
+    AGAINST,
+    GREEDY_OMITS,
+    R_AFTER,
+    TREE_HEADERS,
+    VERDICT,
+    tree_layout,
+    tree_test_rows,
+)
+from specdec.trace import (
+    ACCEPTED,
+    BONUS,
+    PLAIN,
+    REJECTED,
+    RESAMPLED,
+    ROOT,
+    UNTESTED,
+    RoundTrace,
+)
 
 from .charts import BAR, COLORS
 

@@ -15,13 +15,37 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from specdec.render import (COLUMNS, DASH, ROW_HEADERS, Segment, cache_text, cost_details, draft_depth, draft_stop_text,
-                            explain, output_text, plural, position_rows, round_stats, segment_detail, segments)
-from specdec.render_tree import tree_cache_text, tree_explain
-from specdec.theory import acceptance, decode_tokens_per_s
-from specdec import tokenkind
-from specdec.tokenkind import acceptance_by_kind, kinds_sentence
-from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RESAMPLED, RoundTrace, RunSummary, summarize
+from specdec.teach import tokenkind
+from specdec.teach.render import (
+    COLUMNS,
+    DASH,
+    ROW_HEADERS,
+    Segment,
+    cache_text,
+    cost_details,
+    draft_depth,
+    draft_stop_text,
+    explain,
+    output_text,
+    plural,
+    position_rows,
+    round_stats,
+    segment_detail,
+    segments,
+)
+from specdec.teach.render_tree import tree_cache_text, tree_explain
+from specdec.teach.theory import acceptance, decode_tokens_per_s
+from specdec.teach.tokenkind import acceptance_by_kind, kinds_sentence
+from specdec.trace import (
+    ACCEPTED,
+    BONUS,
+    PLAIN,
+    REJECTED,
+    RESAMPLED,
+    RoundTrace,
+    RunSummary,
+    summarize,
+)
 
 from . import charts, tree_views
 from .charts import CHAIN, TREE
@@ -207,7 +231,7 @@ REAL_TREE_BUTTON = "Draw a real tree"
 
 
 def shape_text(width: int, nodes: int, why: str) -> str:
-    """Which shape the tree drafter ran and why (``why`` as the run recorded it, :func:`specdec.tree_shape.resolve`)."""
+    """Which shape the tree drafter ran and why (``why`` as the run recorded it, :func:`specdec.decode.tree_shape.resolve`)."""
     if width > 1:
         return f"**The tree drafter's shape:** {why}."
     return (f"**The tree drafter ran the chain.** {why}. So each round is a chain of drafts: no tree, no attention "
@@ -438,7 +462,7 @@ def _side_stats(gens: list, spec: bool) -> str:
 
 
 # Words that are code (in a code fence, inline code or a line of code) against words of prose: the kind
-# of text, as the drafted tokens' classes tell it (specdec.tokenkind).
+# of text, as the drafted tokens' classes tell it (specdec.teach.tokenkind).
 CODE_WORDS, PROSE_WORDS = (tokenkind.KEYWORD, tokenkind.IDENTIFIER), (tokenkind.WORD,)
 
 
@@ -528,7 +552,7 @@ def verdict_html(kind: str, headline: str, detail: str) -> str:
 
 def _verdict(complete: list[dict], specs: list[str], greedy: bool, differences: dict | None) -> str:
     """Identical, differing (where and why) or sampled: the runs of every complete group against verifier only."""
-    from specdec.render import first_difference
+    from specdec.teach.render import first_difference
     tree, base = TREE in specs, next(iter(complete[0]))
     if not greedy:
         return verdict_html(BY_DESIGN, "Sampling: outputs differ by design",
@@ -627,8 +651,8 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
     runs), and the texts of the latest group, token for token. While the runs go (``final`` False)
     the race is drawn in HTML; at the end, the interactive chart and why. ``differences``: per
     speculative side, where its greedy output parted from verifier-only, explained
-    (:class:`specdec.exactness.Difference`)."""
-    from specdec.theory import cost_model
+    (:class:`specdec.teach.exactness.Difference`)."""
+    from specdec.teach.theory import cost_model
     base, *specs = list(pairs[0])
     tree, chain = TREE in specs, specs[0]
     started = [p for p in pairs if any(g.rounds for g in p.values())] or pairs[:1]

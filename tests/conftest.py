@@ -8,17 +8,14 @@ fixture is marked ``real`` here, so the fast tier can never load the real models
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import REAL_PRECISION, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
-# The precision every real-model test uses (default: what this machine would pick); one load serves
-# the CLI, engine and browser tests alike.
-REAL_PRECISION = os.environ.get("SPECDEC_TEST_PRECISION", "auto")
 
 
 NO_GPU = "needs a CUDA or MPS device (none here)"
@@ -61,6 +58,12 @@ def one_thread():
 def real_pair():
     from specdec import load_pair
     return load_pair(precision=REAL_PRECISION, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """Two tiny random models, the draft unrelated to the verifier (partial acceptance), per module."""
+    return tiny.pair(tiny.model(1, scale=4), tiny.model(2, scale=4))
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from benchmarks import gpu_costs, profile, report, runtime_compare, sweep, trees
-from specdec_ui.browser import find_chromium
-
+from benchmarks.chromium import find_chromium
 
 # a tiny model's forward takes about a millisecond: a second thread costs more than it saves
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -154,6 +153,7 @@ def test_llama_speculative_log_is_read_as_it_prints_it():
 
 def test_c_is_draft_time_per_drafted_token_over_verify_time_per_round():
     from types import SimpleNamespace as NS
+
     from benchmarks.throughput import draft_cost_ratio
     rounds = [NS(positions=[1] * 4, times=NS(draft=0.08, verify=0.10)),
               NS(positions=[1] * 2, times=NS(draft=0.04, verify=0.10)),

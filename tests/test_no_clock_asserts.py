@@ -95,7 +95,7 @@ def _sources():
         for i, cell in enumerate(json.loads(path.read_text())["cells"]):
             if cell["cell_type"] == "code":
                 yield f"{path.name} cell {i}", "".join(cell["source"])
-    for path in sorted((ROOT / "tests").glob("*.py")):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
         if path.name != Path(__file__).name:
             yield path.name, path.read_text()
 

@@ -1,0 +1,203 @@
+"""Which tree the ``tree`` drafter drafts by default: chosen from this machine's costs.
+
+A tree of N nodes keeps more tokens per round than a chain of depth K, and costs more to verify:
+a verifier forward over L rows costs about t(L) = t_f + t_r L (docs/notation.md), and t_r differs
+tenfold between CPUs (AVX2 against AVX-512 with VNNI or AMX). So the default shape is a prediction
+per machine, of the speed a run reports (its decoding tok/s: tokens / the rounds' compute):
+
+    predicted tok/s (W, N) = tokens per round (W, N) / ms per round (W, N), where
+    ms per round = draft time (W, N) + t_f + t_r (nodes + 1) + the round's work besides the forwards
+
+- *tokens per round*, nodes verified and draft rows per round, per shape and temperature, are
+  counts measured once for the embedded pair by ``python -m benchmarks.trees`` and shipped as
+  ``tree_shapes.json`` (they do not depend on the machine);
+- t_f, t_r (verifier, tree rows) and the draft's cost per forward and per row are timed once on
+  this machine (the fastest of a few forwards per row count, fitted by :func:`specdec.model.timing.fit_line`),
+  and so is the rest of a round (drafting's sampling and reads, accept/reject, keeping the path, the
+  trace: the median over a short real run's rounds of their time outside the model forwards). Cached,
+  like the kernel calibration (a few seconds).
+
+Width 1 is the chain, drafted by the chain drafter itself (the same code and speed): where verifying
+more rows costs more than the extra tokens repay, the default tree is the chain, and
+``--drafter tree`` is never slower than ``--drafter model`` by default. Without measured counts
+for the pair (another model), the default is the chain too.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from specdec.decode.drafters import ModelDrafter
+from specdec.decode.engine import Generation
+from specdec.decode.tree import TreeDrafter, require_lean, verifier_attention
+from specdec.model.devices import Clock
+from specdec.model.lm import CachedLM
+from specdec.model.timing import fit_line
+from specdec.options import DecodeConfig, SamplingConfig
+
+SHAPES_FILE = Path(__file__).with_name("tree_shapes.json")
+FIT_ROWS = (1, 7, 13, 25)      # verifier rows timed for the fit
+DRAFT_ROWS = (1, 4)
+# cached tokens behind the timed rows: a chat prompt of a sentence (about 70 tokens with its template)
+# and half of a default answer, the middle of what a run's rounds read
+CONTEXT = 100
+OVERHEAD_SHAPES = ((1, 6), (2, 8))  # (W, N) of the short runs whose rounds give the work besides the forwards
+_MEASURING = threading.Lock()
+
+
+def _fastest_ms(fn, reps: int = 5) -> float:
+    """The fastest of ``reps`` calls: another process on the machine only ever adds time, so the
+    minimum is the cost a quiet machine pays (a median cached on a busy one would stay wrong). The
+    prediction is therefore a quiet machine's, and says so."""
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times) * 1e3
+
+
+def _round_overhead_ms(pair, ids: list[int]) -> float:
+    """A round's time outside the model forwards (drafting's sampling and host reads, accept/reject,
+    keeping the path, recording), as the run's phase times measure it: the median over the rounds of a
+    short chain run and a short tree run."""
+    out = []
+    for width, nodes in OVERHEAD_SHAPES:
+        cfg = DecodeConfig(max_new_tokens=24, k=nodes if width == 1 else 6, tree_width=width, tree_nodes=nodes,
+                           ignore_eos=True)
+        drafter = (ModelDrafter(pair.draft, pair.vocab_size, Clock(pair.device), pair.stop_ids) if width == 1 else
+                   TreeDrafter(pair.draft, pair.vocab_size, Clock(pair.device), width, nodes, pair.stop_ids))
+        gen = Generation(pair, ids, cfg, drafter).run()
+        out += [1e3 * (r.times.total - r.times.forward) for r in gen.rounds]
+    return statistics.median(out)
+
+
+def measure_costs(pair) -> dict:
+    """Time the verifier over tree rows and the draft over batched rows on this machine, and a round's
+    work besides them: {"verify": [t_f, t_r], "draft": [t_f, t_r], "round": ms} in ms (t_f per forward,
+    t_r per row, "round" per round)."""
+    ids = [i % pair.vocab_size for i in range(1000, 1000 + CONTEXT + max(FIT_ROWS))]
+    with pair.lock:  # no session's round beside the timed forwards (the short runs below take it per round)
+        out = _forward_costs(pair, ids)
+    out["round"] = _round_overhead_ms(pair, ids[:CONTEXT])
+    return out
+
+
+def _forward_costs(pair, ids: list[int]) -> dict:
+    """{"verify": [t_f, t_r], "draft": [t_f, t_r]} and the timings they were fitted to, in ms."""
+    out = {}
+    for role, model, rows in (("verify", pair.target, FIT_ROWS), ("draft", pair.draft, DRAFT_ROWS)):
+        lm = CachedLM(model, pair.vocab_size)
+        lm.forward(ids[:CONTEXT], keep=1)
+        ms = []
+        for n in rows:
+            parents = tuple([-1] + [(j - 1) // 2 for j in range(1, n)])  # a binary tree of n rows
+            att = verifier_attention(parents, CONTEXT)
+            if role == "draft":
+                att = replace(att, exact=False)
+
+            def forward(n=n, att=att):
+                lm.cache.crop(CONTEXT)
+                lm.forward_tree(ids[CONTEXT:CONTEXT + n], att)
+            forward()  # warm
+            ms.append(_fastest_ms(forward))
+        t_f, t_r = fit_line(rows, ms)
+        out[role] = [max(t_f, 0.0), max(t_r, 0.0)]  # a cost is never negative; only noise makes a fit say so
+        out[f"{role}_ms"] = dict(zip(map(str, rows), ms))
+    return out
+
+
+def machine_costs(pair) -> dict:
+    """``measure_costs`` once per machine, models and kernels, then from the cache. One measurement at
+    a time: a second caller (the app's background timing and a first tree run) waits and reads the cache."""
+    from specdec.model.calibration import cached
+    from specdec.model.precision import cpu_description
+    key = ["tree-costs-per-round", pair.target_name, pair.draft_name, pair.precision.label,
+           pair.draft_precision.label if pair.draft_precision else ""]
+    with _MEASURING:
+        return cached(key, cpu_description(), lambda: {"timings_ms": measure_costs(pair)})
+
+
+def measured_shapes(pair) -> dict | None:
+    """The shipped counts for this pair, or None."""
+    try:
+        data = json.loads(SHAPES_FILE.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("pair") != [pair.target_name, pair.draft_name]:
+        return None
+    return data
+
+
+def predict(shapes: list[dict], costs: dict) -> list[dict]:
+    """Each shape's predicted tokens per second from its counts and this machine's costs."""
+    (va, vb), (da, db) = costs["verify"], costs["draft"]
+    rest = costs.get("round", 0.0)  # the round's work besides the forwards; a what-if of forwards alone leaves it out
+    out = []
+    for s in shapes:
+        ms = s["draft_forwards"] * da + s["draft_rows"] * db + va + vb * (s["nodes"] + 1) + rest
+        out.append({**s, "predicted_ms": ms, "predicted_tok_s": 1e3 * s["tokens_per_round"] / ms})
+    return out
+
+
+def choose(shapes: list[dict], costs: dict, k: int) -> tuple[int, int, str]:
+    """(W, N, why): the best predicted shape at depth k; the chain when it predicts best. ``why`` is
+    written for a learner: the prediction of the shape that runs against the best of the other kind."""
+    mine = [s for s in predict(shapes, costs) if s["k"] == k]
+    if not mine:
+        return 1, k, f"W = 1, N = {k}, the chain: no tree shapes were measured at K = {k}"
+    best = max(mine, key=lambda s: s["predicted_tok_s"])
+    chain = best["width"] == 1
+    others = [s for s in mine if (s["width"] > 1) == chain]
+    va, vb = costs["verify"]
+    verify, rest = va + vb * (best["nodes"] + 1), costs.get("round", 0.0)
+    fit = (f"predicted {best['predicted_tok_s']:.1f} tok/s for it on a quiet machine, from this machine's timed "
+           "forwards and rounds "
+           "(the speed a run reports as its decoding tok/s: tokens / the rounds' compute) = "
+           f"{best['tokens_per_round']:.2f} tokens per round (counted for these models by benchmarks/trees.py) / "
+           f"{best['predicted_ms']:.0f} ms per round (drafting {best['predicted_ms'] - verify - rest:.0f} ms, "
+           f"the verifier forward {verify:.0f} ms = {va:.0f} + {vb:.1f} ms per row × {best['nodes'] + 1:.1f} rows, the "
+           f"rest of the round {rest:.0f} ms)")
+    if not others:
+        against = ""
+    elif chain:
+        tree = max(others, key=lambda s: s["predicted_tok_s"])
+        against = (f", against {tree['predicted_tok_s']:.1f} tok/s for the best tree (W = {tree['width']}, "
+                   f"N = {tree['budget']}): verifying a tree's extra rows costs more than its extra tokens repay")
+    else:
+        chain_tok_s = max(s["predicted_tok_s"] for s in others)
+        against = f", against {chain_tok_s:.1f} tok/s for the chain: its extra tokens repay verifying its extra rows"
+    shape = f"W = 1, N = {best['budget']}, the chain" if chain else f"W = {best['width']}, N = {best['budget']}"
+    return best["width"], best["budget"], f"{shape}: {fit}{against}"
+
+
+def default_shape(pair, k: int = 6, sampling: SamplingConfig | None = None) -> tuple[int, int, str]:
+    """The tree drafter's (W, N, why) when the run leaves them at 0."""
+    data = measured_shapes(pair)
+    if data is None:
+        return 1, k, f"W = 1, N = {k}, the chain: no tree shapes were measured for this pair of models"
+    temperature = "0" if sampling is None or sampling.greedy else "sampled"
+    with torch.inference_mode():
+        return choose(data["shapes"].get(temperature, []), machine_costs(pair), k)
+
+
+def resolve(pair, cfg: DecodeConfig) -> tuple[DecodeConfig, str]:
+    """``cfg`` with its tree shape filled in (what actually runs), and why that shape: the one place
+    the shape is decided, before the run (:func:`specdec.decode.start.start`), so that
+    every entry point records the shape that ran."""
+    require_lean(pair)
+    if cfg.tree_width and cfg.tree_nodes:
+        return cfg, f"W = {cfg.tree_width}, N = {cfg.tree_nodes}: requested"
+    width, nodes, why = default_shape(pair, cfg.k, cfg.sampling)
+    ran = replace(cfg, tree_width=cfg.tree_width or width, tree_nodes=cfg.tree_nodes or nodes)
+    if cfg.tree_width or cfg.tree_nodes:  # one of the two asked for: say so, and what the fit would pick
+        asked = "W" if cfg.tree_width else "N"
+        why = (f"W = {ran.tree_width}, N = {ran.tree_nodes}: {asked} as requested, the other as this machine's choice "
+               f"(alone it would pick {why})")
+    return ran, why

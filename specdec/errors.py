@@ -1,6 +1,0 @@
-"""What stops a model from loading. (A bad setting is :class:`specdec.config.ConfigError`, beside
-the fields it checks.)"""
-
-
-class ModelLoadError(RuntimeError):
-    """A model cannot be loaded or paired; the message says which one and what to do."""

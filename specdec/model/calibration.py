@@ -1,0 +1,132 @@
+"""Timing each kernel variant once per machine, so that the choice is the same run after run.
+
+The machines this runs on are shared: a neighbour can slow one timing by 5x. So the variants are
+timed **interleaved** (one call of each in turn, ``REPS`` times: a change in load hits them all
+alike), each call on another copy of the layer so its weights come from memory as in a real
+forward, the **median** of each is kept with its spread (min and max), and a variant an order of
+magnitude slower than the fastest after ``WARM_REPS`` reps is not timed further (a reference path
+can take seconds a call). :func:`specdec.model.precision.pick` then wants a margin before preferring
+one variant over another. The table is cached per CPU model, flags, torch version and shapes.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from specdec.model.kernels import PackedLinear
+from specdec.options import cache_root
+
+CALIBRATION_VERSION = 4  # bump when the variants or the measurement change: older caches are ignored
+CALIBRATION_SHAPE = (8960, 1536)  # (out, in) of the verifier's MLP up-projection
+REPS = 15
+WARM_REPS = 2       # reps before a variant SKIP_FACTOR x slower than the fastest is dropped
+SKIP_FACTOR = 10
+CPU = torch.device("cpu")  # what is timed here: the CPU's kernels
+
+
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache, from sysfs (64 MiB where it cannot be read)."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = f.read_text().strip()
+            sizes.append(int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[text[-1]])
+        except (OSError, ValueError, KeyError):
+            pass
+    return max(sizes, default=64 * 2**20)
+
+
+def _ring(layer: PackedLinear) -> list[PackedLinear]:
+    """Copies of a layer that together are 1.5x the largest cache (300 MB of L3 on some Xeons), so
+    that cycling through them reads weights from memory, as a forward does."""
+    copies = max(2, min(24, -(-3 * last_level_cache_bytes() // (2 * layer.nbytes()))))
+    return [layer] + [layer.clone() for _ in range(copies - 1)]
+
+
+def measure(layers: dict[str, PackedLinear], rows: list[int], reps: int = REPS) -> dict:
+    """ms of one call of each layer at each row count: ``timings_ms`` {label: [median per row
+    count]}, ``spread_ms`` {label: [[min, max] per row count]}, ``skipped`` {label: why}."""
+    rings = {label: _ring(layer) for label, layer in layers.items()}
+    inputs = {r: torch.randn(r, next(iter(layers.values())).in_features) for r in rows}
+    samples: dict[str, list[list[float]]] = {label: [[] for _ in rows] for label in layers}
+    skipped: dict[str, str] = {}
+    calls = 0
+    for rep in range(reps + 1):  # the first sweep only warms up
+        for label, ring in rings.items():
+            if label in skipped:
+                continue
+            for i, r in enumerate(rows):
+                calls += 1  # every call on the next copy: none finds its weights in cache
+                t0 = time.perf_counter()
+                ring[calls % len(ring)](inputs[r])
+                if rep:
+                    samples[label][i].append((time.perf_counter() - t0) * 1e3)
+        if rep == WARM_REPS:
+            cost = {label: sum(min(s) for s in samples[label]) for label in rings if label not in skipped}
+            best = min(cost.values())
+            for label, c in cost.items():
+                if c > SKIP_FACTOR * best:
+                    skipped[label] = f"{c / best:.0f}x the fastest after {WARM_REPS} reps: not timed further"
+                    rings[label] = []
+    return {"timings_ms": {label: [statistics.median(s) for s in samples[label]] for label in layers},
+            "spread_ms": {label: [[min(s), max(s)] for s in samples[label]] for label in layers},
+            "skipped": skipped}
+
+
+@contextlib.contextmanager
+def _quietly():
+    """Timing torch's deprecated quantized engine (fbgemm) must not warn a user who will not run it;
+    a choice of it says so in its reason (:func:`specdec.model.precision.pick`)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated")
+        yield
+
+
+def calibrate(variants: list, k: int) -> dict:
+    """The verifier's table: ms of one verifier-sized layer at 1 and K+1 rows, per variant
+    (:class:`specdec.model.precision.Precision`), batch-invariant as the verifier must be."""
+    weight = torch.randn(*CALIBRATION_SHAPE) * 0.02
+    with _quietly():
+        return measure({v.label: v.layers(CPU).build(weight, None) for v in variants}, [1, k + 1])
+
+
+def calibrate_draft(variants: list, shapes: dict) -> dict:
+    """The draft's table: per variant, [ms of one layer's four matmuls, ms of the output layer] at
+    1 row, without batch invariance. Its estimated matmul time per token is layers * first + second."""
+    parts = []
+    for shape in shapes["layer"] + [shapes["head"]]:
+        weight = torch.randn(*shape) * 0.02
+        layers = {v.label: v.layers(CPU, batch_invariant=False).build(weight, None) for v in variants}
+        with _quietly():
+            parts.append(measure(layers, [1], reps=REPS if shape in shapes["layer"] else REPS // 2))
+        del weight
+    labels = [v.label for v in variants]
+    *layer, head = parts
+    return {"timings_ms": {n: [sum(p["timings_ms"][n][0] for p in layer), head["timings_ms"][n][0]] for n in labels},
+            "spread_ms": {n: [p["spread_ms"][n][0] for p in parts] for n in labels},
+            "skipped": {n: why for p in parts for n, why in p["skipped"].items()}}
+
+
+def _file(key_parts: list, cpu: dict) -> Path:
+    key = hashlib.sha256(json.dumps([cpu, torch.__version__, CALIBRATION_VERSION, *key_parts]).encode())
+    return cache_root() / "calibration" / f"{key.hexdigest()[:16]}.json"
+
+
+def cached(key_parts: list, cpu: dict, measure_table) -> dict[str, list[float]]:
+    """The medians of a table, measured once (``measure_table()``) and then read from the cache."""
+    path = _file(key_parts, cpu)
+    if path.is_file():
+        return json.loads(path.read_text())["timings_ms"]
+    table = measure_table()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"cpu": cpu, "torch": torch.__version__, "for": key_parts, **table}))
+    tmp.replace(path)  # never a half-written table
+    return table["timings_ms"]

@@ -1,0 +1,122 @@
+"""specdec's own int8/int4 kernels (specdec/model/csrc/qlinear.cpp): against their dequantised
+reference, bitwise batch-invariant at 1..16 rows, the same bits on every instruction-set path this
+CPU runs, loaded from a mapped file exactly as packed, and the fallback where they are not built."""
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdec.model import native
+from specdec.model.precision import Precision, cpu_capabilities, cpu_variants
+from specdec.weights import packed
+
+pytestmark = pytest.mark.skipif(not native.available(), reason=native.status()[1])
+
+
+def test_the_kernels_are_built_wherever_a_compiler_is():
+    """`make test` builds them (pip install --no-build-isolation -e .): a broken build must not pass as a skip."""
+    if shutil.which("c++") or shutil.which("g++"):
+        assert native.available(), native.status()[1]
+
+
+def _case(n=40, k=96, rows=19, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w, b, x = torch.randn(n, k, generator=g) * 0.05, torch.randn(n, generator=g), torch.randn(rows, k, generator=g)
+    x[3] *= 40                                                  # one row with a much larger range
+    return w, b, x
+
+
+def reference(layer, x, b):
+    """What the kernel computes, in float64: the layer's own weights times x quantised per row to
+    int8 with the kernel's rounding (half to even of x * 127 / max|x|)."""
+    amax = x.abs().amax(1, keepdim=True)
+    xq = (x * (torch.full_like(amax, 127) / amax)).round().clamp(-127, 127)  # half to even, as the kernel
+    return (xq.double() @ layer.dequantized().double().T) * (amax.double() / 127) + b.double()
+
+
+LAYERS = {"int8": native.NativeInt8Linear, "int4": native.NativeInt4Linear}
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+@pytest.mark.parametrize("shape", [(40, 96), (48, 64), (2048, 1536)])  # N and K not multiples of 16 and 32 too
+def test_every_path_equals_the_dequantised_reference_and_every_other_path(kind, shape):
+    if kind == "int4" and shape[1] % native.GROUP:
+        pytest.skip("int4 needs K divisible by 32")
+    w, b, x = _case(*shape)
+    outs = {}
+    for isa in native.isas():
+        layer = LAYERS[kind].from_weight(w, b, isa=isa)
+        outs[isa] = layer(x)
+        torch.testing.assert_close(outs[isa].double(), reference(layer, x, b), rtol=1e-5, atol=1e-5)
+    first = outs[native.isas()[0]]
+    assert all(torch.equal(first, o) for o in outs.values()), "the instruction-set paths disagree"
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_weights_stay_within_half_a_step_of_the_originals(kind):
+    w, b, x = _case(256, 1536)
+    layer = LAYERS[kind].from_weight(w, b)
+    err = (layer.dequantized() - w).abs()
+    if kind == "int8":
+        assert (err <= layer.scales[:256, None] / 2 + 1e-7).all()
+    else:
+        _, d, _ = native.unpack_int4(layer.packed, 256)
+        # the step is d; float16 d and m cost a little more than half a step at most
+        assert (err.reshape(256, -1, 32) <= d.float()[..., None] * 0.5 + 2e-3 * w.abs().max()).all()
+    assert float((layer(x) - F.linear(x, w, b)).norm() / F.linear(x, w, b).norm()) < (0.02 if kind == "int8" else 0.12)
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(kind):
+    """Bitwise, at every batch size 1..16 and on every path: what lets a verification over K+1
+    rows give exactly the numbers of K+1 one-row forwards."""
+    w, b, x = _case(64, 1536, rows=16)
+    for isa in native.isas():
+        layer = LAYERS[kind].from_weight(w, b, isa=isa)
+        alone = torch.cat([layer(x[i:i + 1]) for i in range(16)])
+        for rows in range(1, 17):
+            assert torch.equal(layer(x[:rows]), alone[:rows]), (isa, rows)
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_state_round_trips_and_a_mapped_file_runs_as_packed(kind, tmp_path):
+    w, b, x = _case(40, 96 if kind == "int8" else 64)
+    layer = LAYERS[kind].from_weight(w, b)
+    path = tmp_path / "layer.safetensors"
+    packed.write(path, [("odd", torch.ones(3, dtype=torch.bfloat16)), *layer.state().items()])  # unaligned before
+    reader = packed.Reader(path, mapped=True)
+    state = {k: reader[k] for k in layer.state()}
+    for k, t in layer.state().items():
+        assert torch.equal(state[k], t) and state[k].data_ptr() % packed.ALIGN == 0
+    del reader
+    again = LAYERS[kind].from_state(state, b)
+    assert all(again.state()[k].data_ptr() == state[k].data_ptr() for k in state if k != "shape")  # the file's pages
+    assert torch.equal(again(x), layer(x))
+    assert torch.equal(LAYERS[kind].from_state(layer.state(), b)(x), layer(x))
+
+
+def test_packing_round_trips():
+    q = torch.randint(-127, 128, (40, 96), dtype=torch.int8)
+    assert torch.equal(native.unpack_int8(native.pack_int8(q), 40, 96), q)
+    q4, d, m = native.quantize_int4(torch.randn(40, 64))
+    back = native.unpack_int4(native.pack_int4(q4, d, m), 40)
+    assert all(torch.equal(a, b) for a, b in zip(back, (q4, d, m)))
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_non_finite_rows_give_nan_and_a_zero_row_gives_the_bias(kind):
+    w, b, x = _case(32, 64, rows=4)
+    x[1, 5], x[2] = float("nan"), 0.0
+    x[3, 0] = float("inf")
+    y = LAYERS[kind].from_weight(w, b)(x)
+    assert y[0].isfinite().all() and y[1].isnan().all() and y[3].isnan().all()
+    assert torch.equal(y[2], b)
+
+
+def test_without_the_library_the_choice_falls_back_to_torchs_kernels(monkeypatch):
+    monkeypatch.setattr(native, "available", lambda: False)
+    caps = cpu_capabilities()
+    assert caps["specdec"] is False and all(v.kernel != "specdec" for v in cpu_variants(caps))
+    assert Precision("int8", "").cpu_kernel == "fbgemm" and Precision("int4", "").cpu_kernel == "torch"
+    assert Precision("int8", "").cache_key(torch.device("cpu")) == "int8"

@@ -1,0 +1,221 @@
+"""The per-machine choice of representation, with capabilities and timings faked."""
+import json
+
+import pytest
+import torch
+
+from specdec.model import calibration
+from specdec.model import precision as P
+from specdec.options import ConfigError, DecodeConfig
+
+
+def table(timings: dict) -> dict:
+    """A calibration record as :func:`specdec.model.calibration.measure` writes it, for given medians."""
+    return {"timings_ms": timings, "spread_ms": {n: [[t, t] for t in ts] for n, ts in timings.items()}, "skipped": {}}
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize("caps, expected, int8_kernels, int4_kernels", [
+    ({"native_bf16": False, "fbgemm": True, "onednn_int8": False, "specdec": True, "isa": "AVX2"},
+     ["float32", "float16", "int8", "int4"], ["specdec", "fbgemm"], ["specdec", "torch"]),  # AMD EPYC Zen 3: no VNNI
+    ({"native_bf16": True, "fbgemm": True, "onednn_int8": True, "specdec": True, "isa": "AVX512"},
+     ["float32", "bfloat16", "float16", "int8", "int4"], ["specdec", "onednn", "fbgemm"],
+     ["specdec", "torch"]),                                                                 # Xeon AMX, Zen 4
+    ({"native_bf16": False, "fbgemm": True, "onednn_int8": False, "specdec": False, "isa": "AVX2"},
+     ["float32", "float16", "int8", "int4"], ["fbgemm"], ["torch"]),                       # kernels not built
+    ({"native_bf16": False, "fbgemm": False, "onednn_int8": True, "specdec": False, "isa": "AVX512"},
+     ["float32", "int8", "int4"], ["onednn"], ["torch"]),                                  # a torch without fbgemm
+    ({"native_bf16": False, "fbgemm": False, "onednn_int8": False, "specdec": False, "isa": "DEFAULT"},
+     ["float32"], [], []),                                                                 # e.g. ARM
+])
+def test_candidates_follow_capabilities(caps, expected, int8_kernels, int4_kernels):
+    assert P.cpu_candidates(caps) == expected  # emulated bf16 is never a candidate
+    assert [v.kernel for v in P.cpu_variants(caps) if v.name == "int8"] == int8_kernels
+    assert [v.kernel for v in P.cpu_variants(caps) if v.name == "int4"] == int4_kernels
+    assert {v.label for v in P.cpu_variants(caps) if v.name == "float32"} == {"float32", "float32 transposed"}
+
+
+def test_onednn_int8_needs_vnni_or_amx(monkeypatch):
+    """Without VNNI the u8*s8 pairwise sums are 16-bit and can saturate: no oneDNN int8 there."""
+    from specdec.model.kernels import has_vnni
+    assert not has_vnni(["avx2", "fma", "avx512f"])
+    assert has_vnni(["avx2", "avx512_vnni"]) and has_vnni(["avx_vnni"]) and has_vnni(["amx_int8"])
+    monkeypatch.setattr(P, "cpu_description", lambda: {"model": "Zen 3", "flags": ["avx2", "fma"], "isa": "AVX2"})
+    assert P.cpu_capabilities()["onednn_int8"] is False
+
+
+def test_this_machine_has_float32_at_least():
+    assert P.cpu_candidates()[0] == "float32"
+    assert set(P.cpu_capabilities()) == {"native_bf16", "fbgemm", "onednn_int8", "specdec", "isa"}
+
+
+@pytest.mark.parametrize("label", ["float32", "float32 transposed", "int8 specdec", "int8 onednn", "int8 fbgemm",
+                                   "int4 specdec", "int4 torch"])
+def test_labels_round_trip(label):
+    assert P.Precision.from_label(label).label == label
+
+
+@pytest.mark.parametrize("timings, expected", [
+    # an AVX2 machine without native bf16: int8 (fbgemm, the only int8 there) wins by far
+    ({"float32": [4.3, 11.2], "float32 transposed": [4.3, 4.2], "int8 fbgemm": [0.41, 0.76], "int4 torch": [1.0, 2.8]},
+     ("int8", False, "fbgemm")),
+    # an AMX machine: bf16 is flat in the rows and beats int8 at 5 rows
+    ({"float32": [1.3, 2.4], "float32 transposed": [1.2, 2.9], "bfloat16": [1.08, 1.31], "int8 fbgemm": [0.9, 1.6],
+      "int8 onednn": [0.95, 1.5]}, ("bfloat16", False, "")),
+    # a VNNI machine where oneDNN's int8 beats fbgemm's at 1 + K+1 rows
+    ({"float32": [1.3, 2.4], "int8 fbgemm": [0.49, 0.60], "int8 onednn": [0.45, 0.5]}, ("int8", False, "onednn")),
+    # float32 only, where the transposed orientation is faster
+    ({"float32": [4.3, 11.2], "float32 transposed": [4.3, 4.2]}, ("float32", True, "")),
+])
+def test_pick_is_the_lowest_cost_at_1_and_k_plus_1_rows(timings, expected):
+    p = P.pick(timings, 4, "Some CPU")
+    assert (p.name, p.transposed, p.kernel) == expected
+    assert p.reason.startswith(p.label + ":") and "fastest here" in p.reason and "Some CPU" in p.reason
+
+
+def test_a_requested_name_takes_its_fastest_variant_here():
+    timings = {"float32": [1.3, 2.4], "int8 fbgemm": [0.49, 0.60], "int8 onednn": [0.55, 0.9], "int4 torch": [0.3, 0.4]}
+    assert P.pick(timings, 4, "Some CPU", ["int8"]).label == "int8 fbgemm"
+    assert P.pick(timings, 4, "Some CPU").label == "int4 torch"
+
+
+def test_noise_cannot_flip_the_choice_away_from_specdecs_kernels():
+    """A variant must beat specdec's by more than MARGIN to be chosen over it; beyond, it is."""
+    close = {"int8 specdec": [0.50, 0.60], "int8 fbgemm": [0.49, 0.58], "float32": [4.0, 5.0]}
+    chosen = P.pick(close, 4, "Some CPU")
+    assert chosen.label == "int8 specdec" and "within 5% of the fastest (int8 fbgemm)" in chosen.reason
+    clear = {"int8 specdec": [0.60, 0.70], "int8 fbgemm": [0.49, 0.58]}
+    chosen = P.pick(clear, 4, "Some CPU")
+    assert chosen.label == "int8 fbgemm" and "deprecated quantized engine" in chosen.reason
+
+
+DRAFT_SHAPES = {"layer": [[1152, 896], [896, 896], [9728, 896], [896, 4864]], "layers": 24, "head": [151936, 896]}
+
+
+@pytest.mark.parametrize("timings, expected", [
+    # per layer [one layer's matmuls, output layer] at 1 row: the output layer can decide it
+    ({"int8 onednn": [0.30, 14.4], "int8 fbgemm": [0.32, 6.3], "bfloat16": [0.50, 9.0]}, "int8 fbgemm"),
+    ({"int8 onednn": [0.20, 8.0], "int8 fbgemm": [0.32, 6.3], "int4 torch": [0.45, 3.0]}, "int8 onednn"),  # 12.8, 14.0, 13.8
+    # 4-bit drafts are candidates like any other
+    ({"float32": [2.0, 30.0], "int4 specdec": [0.40, 3.0]}, "int4 specdec"),
+])
+def test_the_draft_picks_its_lowest_time_per_drafted_token(timings, expected):
+    p = P.pick_draft(timings, 24, "Some CPU")
+    assert p.label == expected
+    assert p.reason.startswith(expected + ":") and "one drafted token" in p.reason and "Some CPU" in p.reason
+    assert P.pick_draft({"float32": [2.0, 30.0], "int4 torch": [0.40, 3.0]}, 24, "Some CPU", ["float32"]).label == "float32"
+
+
+def test_draft_shapes_follow_its_config():
+    from types import SimpleNamespace
+    config = SimpleNamespace(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
+                             num_hidden_layers=24, vocab_size=151936)
+    shapes = P.draft_shapes(config)
+    assert shapes["layer"] == [(1152, 896), (896, 896), (9728, 896), (896, 4864)]
+    assert (shapes["layers"], shapes["head"]) == (24, (151936, 896))
+
+
+def test_the_draft_is_calibrated_apart_from_the_verifier_and_cached(cache, monkeypatch):
+    from types import SimpleNamespace
+    calls = []
+    monkeypatch.setattr(calibration, "calibrate", lambda variants, k: calls.append("verifier") or table(
+        {"int8 onednn": [1.0, 1.2], "int8 fbgemm": [0.9, 1.5]}))
+    monkeypatch.setattr(calibration, "calibrate_draft", lambda variants, shapes: calls.append("draft") or table(
+        {"int8 onednn": [0.3, 14.0], "int8 fbgemm": [0.3, 6.0]}))
+    config = SimpleNamespace(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                             num_hidden_layers=2, vocab_size=1000)
+    cpu = torch.device("cpu")
+    assert P.choose(cpu, "auto").label == "int8 onednn"          # 2.2 < 2.4 at 1 + K+1 rows
+    assert P.choose_draft(cpu, "auto", config).label == "int8 fbgemm"  # its output layer decides
+    assert P.choose_draft(cpu, "auto", config).label == "int8 fbgemm"
+    assert calls == ["verifier", "draft"]                         # each measured once, then read from the cache
+    assert len(list((cache / "calibration").glob("*.json"))) == 2
+    assert P.choose_draft(cpu, "int8", config).reason == "int8 fbgemm: requested"
+    with pytest.raises(ConfigError, match="draft_precision must be one of"):
+        P.choose_draft(cpu, "int3", config)
+    assert P.choose_draft(torch.device("mps"), "auto", config).name == "float16"
+
+
+def test_auto_measures_once_and_caches_per_machine(cache, monkeypatch):
+    calls = []
+
+    def fake(variants, k):
+        calls.append(k)
+        return table({"float32": [5.0, 5.0], "int8 fbgemm": [1.0, 2.0]})
+
+    monkeypatch.setattr(calibration, "calibrate", fake)
+    cpu = torch.device("cpu")
+    assert P.choose(cpu, "auto").name == "int8"
+    assert P.choose(cpu, "auto").name == "int8"
+    assert calls == [P.CALIBRATION_K] == [DecodeConfig.k]  # at the default K's rows; the second read the cache
+    (path,) = (cache / "calibration").glob("*.json")
+    saved = json.loads(path.read_text())
+    assert saved["cpu"] == P.cpu_description() and saved["timings_ms"]["int8 fbgemm"] == [1.0, 2.0]
+    assert saved["spread_ms"]["int8 fbgemm"] == [[1.0, 1.0], [2.0, 2.0]]   # what the choice rested on
+    assert "at 1 + 7 rows" in P.choose(cpu, "auto").reason and calls == [6]  # one choice whatever K a run asks for
+
+
+def test_gpus_take_their_native_half_precision_and_say_why(monkeypatch):
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    chosen = P.choose(cuda, "auto")
+    assert chosen.name == "bfloat16" and "native bf16 on NVIDIA H200 (compute capability 9.0)" in chosen.reason
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert P.choose(cuda, "auto").name == "float16" and "no native bf16" in P.choose(cuda, "auto").reason
+    assert P.choose(torch.device("mps"), "auto").name == "float16"
+    assert P.choose(cuda, "float32").reason == "float32: requested on cuda"
+    monkeypatch.setattr(P, "weight_only_int8_on", lambda device: False)
+    with pytest.raises(ConfigError, match="precision 'int8' has no kernel on cuda in this torch build"):
+        P.choose(cuda, "int8")
+    monkeypatch.setattr(P, "weight_only_int8_on", lambda device: True)
+    assert P.choose(cuda, "int8").name == "int8"
+    with pytest.raises(ConfigError, match="draft_precision 'int4' has no kernel on mps"):
+        P.choose_draft(torch.device("mps"), "int4", None)
+
+
+def test_bad_or_unavailable_precision_is_a_clear_error(monkeypatch):
+    with pytest.raises(ConfigError, match="precision must be one of auto, float32, bfloat16, float16, int8, int4"):
+        P.choose(torch.device("cpu"), "int3")
+    monkeypatch.setattr(P, "cpu_candidates", lambda: ["float32"])
+    with pytest.raises(ConfigError, match="precision 'int8' has no native kernel on this CPU"):
+        P.choose(torch.device("cpu"), "int8")
+
+
+def test_timing_is_interleaved_robust_and_skips_a_reference_path(monkeypatch):
+    """Medians of interleaved calls, the spread kept, and a variant 10x slower than the fastest
+    dropped after the warm-up reps instead of being timed REPS times."""
+    from specdec.model.kernels import PackedLinear
+    calls = []
+
+    class Fake(PackedLinear):
+        def __init__(self, name, ms):
+            super().__init__(8, 8, None)
+            self.name, self.ms = name, ms
+
+        def nbytes(self):
+            return 1 << 30                              # big: a ring of 2 copies
+
+        def clone(self):
+            return Fake(self.name, self.ms)
+
+        def _matmul(self, x):
+            calls.append(self.name)
+            clock[0] += self.ms / 1e3 * (3 if len(calls) == 7 else 1)  # one slow outlier for "a"
+            return x
+
+    clock = [0.0]
+    monkeypatch.setattr(calibration.time, "perf_counter", lambda: clock[0])
+    out = calibration.measure({"a": Fake("a", 1.0), "b": Fake("b", 2.0), "slow": Fake("slow", 50.0)}, [1], reps=9)
+    assert calls[:3] == ["a", "b", "slow"]              # interleaved from the first sweep
+    assert out["timings_ms"]["a"] == pytest.approx([1.0]) and out["timings_ms"]["b"] == pytest.approx([2.0])
+    assert out["spread_ms"]["a"][0] == pytest.approx([1.0, 3.0])    # the outlier is in the spread, not the median
+    assert "slow" in out["skipped"] and calls.count("slow") == 1 + calibration.WARM_REPS
+    assert calls.count("a") == 10

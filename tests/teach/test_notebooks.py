@@ -1,0 +1,94 @@
+"""Every notebook runs top to bottom on the short budget, and its own assert cells hold; each run is
+written as the notebook's page, the app's link (so ``make test`` leaves every page rendered, with no
+second run). Outputs are stripped from git.
+
+01 needs no model and runs on a fresh Jupyter kernel, as a learner's would. The notebooks that
+load the embedded pair (marked ``real``) run in a fresh IPython namespace **in this process**:
+their ``load_pair`` then finds the pair this session already loaded (the models are loaded once
+per test session, as everywhere else), instead of loading it again in five kernels.
+"""
+import sys
+from html import escape
+from pathlib import Path
+
+import nbformat
+import pytest
+from helpers.notebooks import render_script
+
+from specdec_ui import notebooks
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _needs_models(path: Path) -> bool:
+    text = path.read_text()
+    return "load_pair" in text or "load_model" in text
+
+
+def run_in_this_process(nb) -> None:
+    """Each code cell in order in a fresh IPython namespace, its output recorded as a kernel's
+    would be; the first failing cell fails the test with its traceback. Pairs a notebook loads
+    beyond the session's default one are dropped afterwards, as a kernel's end would free them."""
+    import plotly.io as pio
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from specdec.weights import loading
+    shell = InteractiveShell.instance()
+    shell.reset(new_session=True)
+    pairs, renderer = set(loading._PAIRS), pio.renderers.default
+    pio.renderers.default = "plotly_mimetype"  # fig.show() displays (captured), never opens a browser
+    try:
+        for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+            with capture_output() as out:
+                # the cell's value in its rich forms too (an SVG, HTML), as a kernel records it
+                shell.display_trap.hook = sys.displayhook
+                result = shell.run_cell(cell.source, store_history=False)
+            cell.execution_count = i + 1
+            cell.outputs = [nbformat.v4.new_output("stream", name=n, text=t)
+                            for n, t in (("stdout", out.stdout), ("stderr", out.stderr)) if t]
+            cell.outputs += [nbformat.v4.new_output("display_data", data=o.data) for o in out.outputs]
+            if not result.success:
+                raise AssertionError(f"code cell {i} failed:\n{cell.source[:400]}\n---\n{out.stdout[-3000:]}")
+    finally:
+        pio.renderers.default, shell.display_trap.hook = renderer, shell.displayhook
+        for key in set(loading._PAIRS) - pairs:
+            del loading._PAIRS[key]
+        shell.reset(new_session=True)
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.real] if _needs_models(p) else [])
+                                  for p in NOTEBOOKS], ids=lambda p: p.name)
+def test_notebook_executes_on_the_short_budget(path, monkeypatch, request):
+    monkeypatch.setenv("SPECDEC_NOTEBOOK_BUDGET", "short")  # the kernel inherits this process's environment
+    nb = nbformat.read(path, as_version=4)
+    if _needs_models(path):
+        request.getfixturevalue("real_pair")  # the session's pair, which the notebook's load_pair finds
+        monkeypatch.chdir(ROOT)
+        monkeypatch.syspath_prepend(str(ROOT))  # as a kernel started in ROOT has it: `import benchmarks`
+        run_in_this_process(nb)
+    else:
+        render_script().execute(nb)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert outputs and not any(o.get("output_type") == "error" for o in outputs)
+    assert any("assert " in c.source for c in nb.cells if c.cell_type == "code"), "a notebook states its checks"
+    assert render_script().write_page(nb, path.stem, "short") == notebooks.run_page(path.stem)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_outputs_are_stripped_in_git(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: run `make strip-notebooks`"
+
+
+def test_the_page_and_the_notebooks_link_to_each_other():
+    from specdec_ui.layout import NOTEBOOK_LINES, _notebooks
+    assert set(NOTEBOOK_LINES) == {p.stem for p in NOTEBOOKS}
+    page = _notebooks()
+    for path in NOTEBOOKS:
+        assert escape(notebooks.title(path.stem)) in page and NOTEBOOK_LINES[path.stem] in page
+        first = nbformat.read(path, as_version=4).cells[0]
+        assert first.cell_type == "markdown" and "**In the app** (`make app`" in first.source, path.name
