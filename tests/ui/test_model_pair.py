@@ -116,7 +116,7 @@ def test_a_refused_value_is_answered_at_its_field_with_the_command_lines_message
 
 def test_a_draft_of_another_family_is_refused_at_the_draft_field(ggufs, tmp_path, capsys):
     """A local directory holding a model whose tokenizer spells other tokens (the word-level tiny model)."""
-    import tiny
+    from helpers import tiny
     other = tmp_path / "other"
     tiny.model(3).save_pretrained(other)
     tiny.tokenizer().save_pretrained(other)
