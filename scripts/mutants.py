@@ -185,9 +185,9 @@ MUTANTS = [
     Mutant("untested-shows-numbers", "specdec/teach/render.py",
            "            if pos.tested:\n", "            if True:\n",
            "the step table gives p/q and u for a draft after the rejection"),
-    Mutant("rejected-chip-keeps-newline", "specdec_ui/views.py",
-           "            out.append(f\"<del {common}>{_whitespace(s.text, keep=False)}</del>\")\n",
-           "            out.append(f\"<del {common}>{_whitespace(s.text)}</del>\")\n",
+    Mutant("rejected-chip-keeps-newline", "specdec_ui/markup.py",
+           "<span class=\"rej-text\">{whitespace_html(s.text, keep=False)}</span>",
+           "<span class=\"rej-text\">{whitespace_html(s.text)}</span>",
            "a rejected draft's line break breaks the kept text"),
 ]
 
