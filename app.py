@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     loader = Loader(models_from_args(args)).load_in_background()
     # the models load while gradio is imported and the page is built: seconds of a start on both cores
-    from specdec_ui.layout import build_demo, launch
+    from specdec_ui.page import build_demo, launch
     launch(build_demo(loader), args.host, args.port, args.share)
 
 

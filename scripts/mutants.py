@@ -186,9 +186,9 @@ MUTANTS = [
            "                row = row[:4] + [DASH, DASH, DASH, UNTESTED_WHY[pos.status]]",
            "                row = row + [DASH, DASH, UNTESTED_WHY[pos.status]]",
            "the step table gives p/q and u for a draft after the rejection"),
-    Mutant("rejected-chip-keeps-newline", "specdec_ui/views.py",
-           "_whitespace(s.text, keep=False)}</span></del>')",
-           "_whitespace(s.text)}</span></del>')",
+    Mutant("rejected-chip-keeps-newline", "specdec_ui/markup.py",
+           "<span class=\"rej-text\">{whitespace_html(s.text, keep=False)}</span>",
+           "<span class=\"rej-text\">{whitespace_html(s.text)}</span>",
            "a rejected draft's line break breaks the kept text"),
 ]
 

@@ -15,7 +15,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from benchmarks import chromium as browser
 from specdec import ModelChoice
-from specdec_ui.layout import build_demo, launch
+from specdec_ui.page import build_demo, launch
 from specdec_ui.state import Loader
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,8 @@
 """Plotly figures for the app, built from trace records and the plain data of ``specdec.teach.render``.
 
 Every legend entry means one thing (one trace per meaning, never a per-bar colour list), every
-axis has a title, and a value of zero is drawn as such rather than as a missing bar.
+axis has a title, and a value of zero is drawn as such rather than as a missing bar. The colours of
+the kinds of token, of p and q and of the phases are the one style's (:mod:`specdec.teach.style`).
 """
 from __future__ import annotations
 
@@ -10,9 +11,22 @@ from itertools import groupby
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specdec.teach import tokenkind
 from specdec.teach.experiment import BUGS, OTHER, Histogram, overlap
-from specdec.teach.figure import COLORS  # noqa: F401 (the app reads the palette here)
 from specdec.teach.render import PHASE_NAMES, draft_depth, round_stats
+from specdec.teach.style import (
+    BAR,
+    BASELINE_COLOR,
+    CHAIN_COLOR,
+    INK,
+    LINE,
+    MARKS,
+    P_COLOR,
+    PHASE_COLORS,
+    Q_COLOR,
+    RESIDUAL_COLOR,
+    TREE_COLOR,
+)
 from specdec.teach.theory import CostModel, tokens_per_round, tokens_per_round_drafted
 from specdec.teach.tokenkind import MIN_TESTED, KindCount
 from specdec.trace import (
@@ -25,14 +39,9 @@ from specdec.trace import (
     RoundTrace,
 )
 
-# One colour per kind of token (COLORS), shared by the charts, the token CSS (layout.CSS) and the round's figure.
-BAR = {ACCEPTED: "#16a34a", REJECTED: "#dc2626", UNREACHED: "#9ca3af"}  # saturated, for bars on white
-P_COLOR, Q_COLOR, RESIDUAL_COLOR = "#ea580c", "#2563eb", "#a16207"
 # The Compare tab's sides, named once: the handlers race them, the views lay them out, the charts colour them.
 VERIFIER_ONLY, SPECULATIVE, CHAIN, TREE = "verifier only", "speculative", "chain", "tree"
-RACE_COLORS = {VERIFIER_ONLY: "#6b7280", SPECULATIVE: "#2563eb", CHAIN: "#2563eb", TREE: "#7c3aed"}
-PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f97316", "accept": "#a855f7", "rollback": "#10b981", "other": "#9ca3af"}
-INK = "#111827"  # the page's text colour
+RACE_COLORS = {VERIFIER_ONLY: BASELINE_COLOR, SPECULATIVE: CHAIN_COLOR, CHAIN: CHAIN_COLOR, TREE: TREE_COLOR}
 # Tokens that draw as specks or as nothing in a tick label, named instead: (one, several)
 NAMED = {"`": ("backtick", "backticks"), " ": ("space", "spaces"), "\n": ("newline", "newlines"), "\t": ("tab", "tabs")}
 MODEBAR_PX = 32  # plotly's upright toolbar at the right edge, with a little air: a right-hand axis stays clear of it
@@ -63,14 +72,14 @@ def warm_up() -> None:
     _layout(go.Figure([go.Bar(x=[1], y=[1]), go.Scatter(x=[1], y=[1])]), "warm-up", subtitle="a<br>b")
 
 
-def _label(text: str) -> str:
+def token_label(text: str) -> str:
     """A token as an axis label: quoted, whitespace made visible, short; a token of whitespace and
     backticks alone is named, unquoted (``3 backticks``, ``newline, 4 spaces``)."""
     if text and set(text) <= set(NAMED):
         named = ", ".join(NAMED[c][0] if n == 1 else f"{n} {NAMED[c][1]}"
                           for c, n in ((c, len(list(run))) for c, run in groupby(text)))
         return named if len(named) <= 24 else named[:23] + "…"
-    shown = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→")
+    shown = "".join(MARKS.get(c, c) for c in text)
     return repr(shown if len(shown) <= 12 else shown[:11] + "…")
 
 
@@ -117,7 +126,7 @@ def ratio_figure(rounds: list[RoundTrace]) -> go.Figure:
             if pos.status not in (ACCEPTED, REJECTED, UNREACHED):  # after a stop token: never emitted
                 continue
             n += 1
-            labels.append(f"{i + 1}: {_label(pos.text)}")
+            labels.append(f"{i + 1}: {token_label(pos.text)}")
             where = f"round {r.index + 1}, position {i + 1}: {pos.text!r}"
             if not pos.tested:
                 untested_x.append(n)
@@ -151,8 +160,8 @@ def ratio_figure(rounds: list[RoundTrace]) -> go.Figure:
                                  hovertext=untested_hover, hoverinfo="text"))
     if u_x:
         fig.add_trace(go.Scatter(x=u_x, y=u_y, name="draw u", mode="markers", hoverinfo="skip",
-                                 marker=dict(color="#111827", size=8, symbol="diamond")))
-    fig.add_hline(y=1.0, line_dash="dash", line_color="#15803d", annotation_text="p ≥ q: always kept",
+                                 marker=dict(color=INK, size=8, symbol="diamond")))
+    fig.add_hline(y=1.0, line_dash="dash", line_color=LINE[ACCEPTED], annotation_text="p ≥ q: always kept",
                   annotation_position="top left")
     xaxis = (dict(tickmode="array", tickvals=list(range(1, n + 1)), ticktext=labels) if single else
              dict(title="drafted token, in order (hover: round, position)", tickmode="auto", nticks=12))
@@ -177,21 +186,21 @@ def distribution_figure(r: RoundTrace) -> go.Figure:
     if i is None:
         top = list(r.next_top)
         chosen = r.next_token.token_id if r.next_token else None
-        fig = go.Figure([go.Bar(x=[_label(t.text) for t in top], y=[t.prob for t in top], name="p (verifier)",
+        fig = go.Figure([go.Bar(x=[token_label(t.text) for t in top], y=[t.prob for t in top], name="p (verifier)",
                                 marker_color=P_COLOR)])
         if chosen is not None and chosen in [t.token_id for t in top]:
             _highlight(fig, [t.token_id for t in top].index(chosen), "drawn")
         if r.next_kind == BONUS:
-            title, sub = f"All {r.drafted} drafts kept", f"bonus {_label(r.next_token.text)} drawn from p after them"
+            title, sub = f"All {r.drafted} drafts kept", f"bonus {token_label(r.next_token.text)} drawn from p after them"
         elif r.next_kind == PLAIN:
-            title, sub = "Nothing drafted", f"{_label(r.next_token.text)} drawn from p, as plain decoding does"
+            title, sub = "Nothing drafted", f"{token_label(r.next_token.text)} drawn from p, as plain decoding does"
         else:
-            title, sub = "The kept drafts end in a stop token", _label(r.positions[r.n_accepted - 1].text)
+            title, sub = "The kept drafts end in a stop token", token_label(r.positions[r.n_accepted - 1].text)
         return _layout(fig, title, subtitle=sub, yaxis=dict(range=[0, 1.05], title="probability"),
                        xaxis=dict(title="token"))
     pos = r.positions[i]
     cands = list(pos.candidates)
-    xs = [_label(c.text) for c in cands]
+    xs = [token_label(c.text) for c in cands]
     greedy = pos.u is None  # temperature 0: no draw, and the replacement is the verifier's argmax, not a residual
     traces = [go.Bar(x=xs, y=[c.p for c in cands], name="p (verifier)", marker_color=P_COLOR),
               go.Bar(x=xs, y=[c.q for c in cands], name="q (draft)", marker_color=Q_COLOR)]
@@ -205,10 +214,10 @@ def distribution_figure(r: RoundTrace) -> go.Figure:
     fig = go.Figure(traces)
     _highlight(fig, [c.token_id for c in cands].index(pos.token_id),
                "drafted x, not the verifier's argmax" if greedy else f"drafted x, p/q = {number(pos.ratio)}")
-    title = f"Position {i + 1}: {_label(pos.text)} rejected"
-    subtitle = (f"temperature 0: p and q are one-hot; {_label(r.next_token.text)}, the verifier's argmax, replaces it"
+    title = f"Position {i + 1}: {token_label(pos.text)} rejected"
+    subtitle = (f"temperature 0: p and q are one-hot; {token_label(r.next_token.text)}, the verifier's argmax, replaces it"
                 if greedy else
-                f"{_label(r.next_token.text)} drawn from the residual; tokens: the top of p and of q, and x<br>"
+                f"{token_label(r.next_token.text)} drawn from the residual; tokens: the top of p and of q, and x<br>"
                 f"β = Σ min(p, q) = {number(pos.beta)}: the chance a draft from q is kept here")
     return _layout(fig, title, subtitle=subtitle, barmode="group", yaxis=dict(range=[0, 1.12], title="probability"),
                    height=400)
@@ -235,7 +244,7 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
     fig.add_trace(go.Bar(x=s.rounds, y=[d - a for d, a in zip(s.drafted, s.accepted)], name="drafts not kept",
                          marker_color=BAR[UNREACHED], hovertemplate="round %{x}: %{y} not kept"))
     fig.add_trace(go.Scatter(x=s.rounds, y=s.running_a, name="running a = kept / tested", mode="lines+markers",
-                             line_color="#111827"), secondary_y=True)
+                             line_color=INK), secondary_y=True)
     drafts = "drafted nodes" if any(r.tree is not None for r in rounds) else "drafted tokens"
     fig.update_yaxes(title_text=drafts, range=[0, max(s.k, 1) + 0.5], secondary_y=False)
     fig.update_yaxes(title_text="a", range=[0, 1.05], tickmode="array", tickvals=[0, 0.25, 0.5, 0.75, 1],
@@ -274,8 +283,9 @@ def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
 
 FAINT = 0.35  # the opacity of a bar resting on fewer than MIN_TESTED tests
 # The classes as a chart's rows: short enough for a 400 px screen (specdec.teach.tokenkind.KIND_NAMES in full)
-KIND_ROWS = {"whitespace": "whitespace", "punctuation": "punctuation, operators", "keyword": "keywords",
-             "identifier": "identifiers", "number": "numbers", "word": "prose words", "other": "other"}
+KIND_ROWS = {tokenkind.WHITESPACE: "whitespace", tokenkind.PUNCTUATION: "punctuation, operators",
+             tokenkind.KEYWORD: "keywords", tokenkind.IDENTIFIER: "identifiers", tokenkind.NUMBER: "numbers",
+             tokenkind.WORD: "prose words", tokenkind.OTHER: "other"}
 
 
 def kinds_figure(sides: dict[str, tuple[KindCount, ...]]) -> go.Figure:
@@ -348,7 +358,7 @@ def speedup_figure(m: CostModel, k_max: int) -> go.Figure:
 def histogram_figure(h: Histogram) -> go.Figure:
     """p against what the rule emitted and what the bug emitted (top); below, each histogram's total variation
     from p on one axis with the noise bound drawn, so that "beyond the noise" is seen, not read."""
-    xs = [_label(t) if t != OTHER else "other" for t in h.labels]
+    xs = [token_label(t) if t != OTHER else "other" for t in h.labels]
     rule, bug, bound = h.tv_correct, h.tv_bug, h.noise_bound
     bug_name = BUGS[h.kind].split(",")[0] + " bug"
     fig = make_subplots(rows=2, cols=1, row_heights=[0.64, 0.36], vertical_spacing=0.3)
@@ -377,7 +387,7 @@ def overlap_figure(p, q, labels=None) -> go.Figure:
     and the part of p above q (the residual before it is normalised, which the resample fills), with q's
     excess over p drawn on top; and the residual norm(max(0, p − q)) the replacement is drawn from, as stars."""
     shared, residual, excess, beta = overlap(p, q)
-    xs = [_label(t) if t != OTHER else "other" for t in labels] if labels else [f"token {i}" for i in range(len(p))]
+    xs = [token_label(t) if t != OTHER else "other" for t in labels] if labels else [f"token {i}" for i in range(len(p))]
     traces = [
         go.Bar(x=xs, y=shared.tolist(), name=f"min(p, q): kept, Σ = β = {beta:.2f}", marker_color=BAR[ACCEPTED]),
         go.Bar(x=xs, y=residual.tolist(), name=f"max(0, p − q): resampled, Σ = 1 − β = {1 - beta:.2f}",
@@ -420,7 +430,7 @@ def live_html(rounds: list[RoundTrace], last: int = 60) -> str:
     """The two live charts of a run, drawn in plain HTML while it goes (a plotly redraw costs the
     browser enough CPU to slow the engine on a 2-core machine; these cost about what the text
     does): time per round by phase, and min(1, p/q) with the draw u per tested drafted token,
-    over the latest rounds. Colours come from classes (:data:`LIVE_CSS`); the interactive plotly
+    over the latest rounds. Colours come from classes (``style.css``); the interactive plotly
     charts replace these when the run ends."""
     shown = rounds[-last:]
     if not shown:
@@ -457,10 +467,6 @@ def live_html(rounds: list[RoundTrace], last: int = 60) -> str:
             f'round by phase, live (latest {len(shown)} rounds; tallest {1e3 * top:.0f} ms)</figcaption>'
             f'<div class="live-plot live-times">{"".join(bars)}</div><div class="live-legend">{phases}</div></figure>'
             f'{test_chart}</div>')
-
-
-LIVE_CSS = "\n".join([f".ph-{ph} {{ background: {c}; }}" for ph, c in PHASE_COLORS.items()]
-                     + [f".v-{s} {{ background: {BAR[s]}; }}" for s in (ACCEPTED, REJECTED)])
 
 
 def race_html(sides: list[tuple[str, list[RoundTrace]]]) -> str:

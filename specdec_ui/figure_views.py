@@ -73,9 +73,7 @@ def figure_section(loader: Loader, session) -> dict:
     with gr.Row():
         svg_b = gr.Button("Download SVG", size="sm", interactive=False, scale=0, min_width=150)
         png_b = gr.Button("Download PNG", size="sm", interactive=False, scale=0, min_width=150)
-    preview = gr.HTML("", elem_id="round-figure",
-                      css_template="svg { display: block; width: 100%; max-width: 720px; height: auto; "
-                                   "border: 1px solid #e5e7eb; }")
+    preview = gr.HTML("", elem_id="round-figure")  # drawn at the page's width (style.css)
     svg_b.click(None, None, None, js=f"() => ({SAVE})('svg')")
     png_b.click(None, None, None, js=f"() => ({SAVE})('png')")
     return dict(fn=partial(update, loader), inputs=session, outputs=[note, svg_b, png_b, preview],

@@ -13,7 +13,7 @@ import gradio as gr
 
 from .state import FORM, form_defaults
 
-RULE, STEP, RUN, COMPARE = "rule", "step", "run", "compare"  # the tabs' ids, in the lesson's order
+RULE, STEP, RUN, COMPARE = "rule", "step", "run", "compare"  # the tabs it opens (page.TABS), in the lesson's order
 REMEMBERED = "specdec-start-here"  # localStorage: "closed" once the learner closed the block
 # The page is drawn with the block open; where it was closed before, it is closed again by its own header
 # (a click, so that gradio's state of the accordion stays true).

@@ -1,5 +1,7 @@
 """State of the app: the shared model loader, the settings form, a browser session, the step-through,
-and the worker thread that drives a run while the page follows it.
+and the worker thread that drives a run while the page follows it. The models are shared by every
+session, one round at a time: the worker and the step-through take their lock around each round
+(the engine itself is single-user and takes none).
 
 No gradio here: the tier-1 tests drive all of it directly with tiny models.
 """
@@ -29,6 +31,7 @@ from specdec.decode.start import start
 from specdec.model.devices import DEVICES
 from specdec.model.precision import PRECISIONS
 from specdec.options import build, flat, options_of
+from specdec.teach.figure import PHASE_NAMES
 from specdec.teach.render import PHASES_OF_A_ROUND
 from specdec.weights.loading import check_source
 
@@ -58,6 +61,7 @@ HINTS |= {o.name: o.help for o in MODEL_FIELDS}
 # under the 32k context, so that no one prompt's prefill holds the models for minutes. The CLI
 # takes prompts up to the model's context.
 APP_PROMPT_TOKENS = 2048
+MAX_RUNS = 5  # the Compare tab's pairs of runs at most: each pair is a whole run of both sides
 
 
 def form_defaults() -> dict:
@@ -101,10 +105,24 @@ def parse_form(form: dict, pair=None) -> RunSettings:
     return settings
 
 
+def parse_runs(value) -> int:
+    """The Compare tab's Runs, pairs of runs with seeds s, s + 1, ...: a whole number in [1, MAX_RUNS]."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_RUNS):
+        shown = "empty" if value is None else f"{value!r}"
+        raise ConfigError(f"runs must be a whole number in [1, {MAX_RUNS}] (got {shown})", "runs")
+    return value
+
+
 def check_field(name: str, value, pair=None) -> None:
-    """The check a run makes of one form field: ConfigError with the message :func:`parse_form` would
-    raise for ``name`` holding ``value`` (its length in tokens only with a ``pair``). The other
-    fields hold values that pass (the defaults, a one-character prompt, a drafter that reads ``name``)."""
+    """The check a run makes of one form field (or of Runs): ConfigError with the message
+    :func:`parse_form` would raise for ``name`` holding ``value`` (its length in tokens only with a
+    ``pair``). The other fields hold values that pass (the defaults, a one-character prompt, a
+    drafter that reads ``name``)."""
+    if name == "runs":
+        parse_runs(value)
+        return
     o = FIELDS[FORM.index(name)]
     reader = {"drafter": o.drafters[0]} if o.drafters else {}
     parse_form({**form_defaults(), "prompt": "?", **reader, name: value}, pair)
@@ -261,7 +279,7 @@ class Loader:
             require_lean(self.pair)  # the fit times tree forwards of both models
         except ConfigError:
             return
-        with torch.inference_mode():  # the timing takes the models' lock itself, between its parts
+        with torch.inference_mode():  # the timing holds the models' lock itself while it times
             a, b = machine_costs(self.pair)["verify"]
         self.step_fit = (a, b)
 
@@ -276,26 +294,68 @@ def warm_up(pair) -> None:
                            "model" if pair.draft is not None else "none").run()
 
 
+WAIT_SAID_S = 0.1  # a shorter wait for the models is a hand-over between rounds, not worth a word on the page
+
+
 class Worker:
-    """Runs ``work`` in a thread of its own, so that building and sending the page never sits
-    between two rounds of the engine: the page follows the run at its own pace."""
+    """Pulls the rounds of a run or a comparison in a thread of its own, so that building and sending the
+    page never sits between two rounds of the engine: the page follows the run at its own pace.
 
-    def __init__(self, work: Callable[[], None]):
+    The models are shared by every browser session, one round at a time: each round is pulled under
+    the pair's lock, and the time spent waiting for it (another session's round) is counted here, in
+    no phase of the round (:attr:`waited_s`, :attr:`waiting`). The ``groups`` run one after another;
+    within a group the generation furthest behind in its own elapsed time goes next, so that runs
+    raced side by side meet the same state of the machine. ``stopped`` ends the work before its next
+    round; ``clock`` measures the waits (a test fakes it).
+    """
+
+    def __init__(self, groups: list[list[Generation]], stopped: Callable[[], bool] = lambda: False,
+                 clock: Callable[[], float] = time.perf_counter):
         self.error: Exception | None = None
+        self.waited_s = 0.0
+        self._since: float | None = None  # when the wait for the models began; None while none is waited for
+        self._clock = clock
         self._done = threading.Event()
-        threading.Thread(target=self._run, args=(work,), name="specdec-run", daemon=True).start()
+        threading.Thread(target=self._run, args=(groups, stopped), name="specdec-run", daemon=True).start()
 
-    def _run(self, work) -> None:
+    def _run(self, groups: list[list[Generation]], stopped: Callable[[], bool]) -> None:
         try:
-            work()
+            for group in groups:
+                live = list(group)
+                while live and not stopped():
+                    gen = min(live, key=lambda g: g.rounds[-1].elapsed if g.rounds else 0.0)
+                    if self._pull(gen) is None or gen.done:
+                        live.remove(gen)
         except NumericalError as e:  # a model's problem, reported on the page like a bad setting
             self.error = e
         finally:
             self._done.set()
 
+    def _pull(self, gen: Generation) -> RoundTrace | None:
+        self._since = self._clock()
+        with gen.pair.lock:
+            self.waited_s += self._clock() - self._since
+            self._since = None
+            return next(gen, None)
+
+    @property
+    def waiting(self) -> bool:
+        """Blocked for a while on another session's round; safe from another thread."""
+        since = self._since
+        return since is not None and self._clock() - since > WAIT_SAID_S
+
     def wait(self, timeout: float) -> bool:
         """True once the work has ended; waits at most ``timeout`` seconds for it."""
         return self._done.wait(timeout)
+
+
+def next_round(source) -> RoundTrace | None:
+    """The next round of a step-through's source, or None once it has ended: a generation's under its
+    models' lock (one round at a time, :class:`Worker`), a replayed trace's at once."""
+    if not isinstance(source, Generation):
+        return next(source, None)
+    with source.pair.lock:
+        return next(source, None)
 
 
 class CpuShare:
@@ -361,7 +421,6 @@ class Walkthrough:
     phase: str = "none"
 
     ACTIONS = PHASES_OF_A_ROUND + ("step", "reset")
-    NAMES = {"draft": "Draft", "verify": "Verify", "accept": "Accept/reject", "commit": "Commit and roll back"}
 
     @property
     def pending(self) -> bool:
@@ -381,8 +440,8 @@ class Walkthrough:
         order = PHASES_OF_A_ROUND.index
         if self.pending:
             if order(target) <= order(self.phase):
-                following = self.NAMES[PHASES_OF_A_ROUND[order(self.phase) + 1]]
-                return self, f"This round is already past {self.NAMES[target]}: press {following} next. "
+                following = PHASE_NAMES[PHASES_OF_A_ROUND[order(self.phase) + 1]]
+                return self, f"This round is already past {PHASE_NAMES[target]}: press {following} next. "
             committed = self.rounds + ((self.shown,) if target == "commit" else ())
             return replace(self, rounds=committed, phase=target), ""
         if new_round is None:  # the last round stays on show (and downloadable as a figure)

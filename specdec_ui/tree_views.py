@@ -3,7 +3,9 @@ table and the verifier's tree attention mask as a grid (SpecInfer, Miao et al. 2
 
 Pure functions of a :class:`~specdec.trace.RoundTrace` whose ``tree`` is set and the phase
 revealed so far: ``draft`` shows the nodes and their q, ``verify`` adds p and the mask, ``accept``
-the verdicts, the tests and the token that ends the round. p = verifier, q = draft.
+the verdicts, the tests and the token that ends the round. p = verifier, q = draft. The boxes take
+the colours of the round's figure (:mod:`specdec.teach.style`). Also the words for the shape the tree
+drafter ran, which the Step through and Run tabs both say, and the real tree the former offers.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from specdec.teach.render_tree import (
     tree_layout,
     tree_test_rows,
 )
+from specdec.teach.style import DRAFTED, EDGE_COLOR, FILL, LINE, MUTED
 from specdec.trace import (
     ACCEPTED,
     BONUS,
@@ -32,17 +35,28 @@ from specdec.trace import (
     RoundTrace,
 )
 
-from .charts import BAR, COLORS
-
-DRAFTED = "drafted"  # a node before the verdicts are revealed
-FINAL = "final"      # the token after the path: resampled or bonus
-FILL = {ROOT: "#ffffff", DRAFTED: "#dbeafe", ACCEPTED: COLORS[ACCEPTED], REJECTED: COLORS[REJECTED],
-        UNTESTED: "#f3f4f6", RESAMPLED: COLORS[RESAMPLED], BONUS: COLORS[BONUS], PLAIN: COLORS[PLAIN]}
-LINE = {ROOT: "#111827", DRAFTED: "#2563eb", ACCEPTED: "#15803d", REJECTED: "#b91c1c", UNTESTED: BAR["unreached"],
-        RESAMPLED: "#92400e", BONUS: "#1e40af", PLAIN: "#4b5563"}
 NAMES = {ROOT: "root: the last context token", DRAFTED: "drafted (not tested yet)", ACCEPTED: "kept: the accepted path",
          REJECTED: "rejected (tested)", UNTESTED: "not tested", RESAMPLED: "resampled: ends the round",
          BONUS: "bonus: ends the round", PLAIN: "drawn from p: nothing drafted"}
+
+
+# (W, N, draft confidence) of the "Draw a real tree" button: a tree on every machine, small enough to read;
+# confidence 0 so that every round grows to its N nodes (a threshold stops an unsure tree at its first level)
+REAL_TREE = (2, 8, 0.0)
+REAL_TREE_BUTTON = "Draw a real tree"
+
+
+def requested(settings) -> bool:
+    """Not the tree drafter, or a tree shape the learner set in full: nothing to explain."""
+    return settings.drafter != "tree" or bool(settings.decode.tree_width and settings.decode.tree_nodes)
+
+
+def shape_text(width: int, nodes: int, why: str) -> str:
+    """Which shape the tree drafter ran and why (``why`` as the run recorded it, :func:`specdec.decode.tree_shape.resolve`)."""
+    if width > 1:
+        return f"**The tree drafter's shape:** {why}."
+    return (f"**The tree drafter ran the chain.** {why}. So each round is a chain of drafts: no tree, no attention "
+            "mask, no sibling tests.")
 
 
 def _token(text: str) -> str:
@@ -188,7 +202,7 @@ def tree_html(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] = 
         x0, y0, x1, y1 = x[a] + box_w[a], y[a] + BOX_H / 2, x[j], y[j] + BOX_H / 2
         mid = (x0 + x1) / 2
         edges.append(f'<path d="M{x0:.1f},{y0:.1f} C{mid:.1f},{y0:.1f} {mid:.1f},{y1:.1f} {x1:.1f},{y1:.1f}" '
-                     f'fill="none" stroke="{LINE[ACCEPTED] if kept else "#9ca3af"}" stroke-width="{3 if kept else 1.5}"/>')
+                     f'fill="none" stroke="{LINE[ACCEPTED] if kept else EDGE_COLOR}" stroke-width="{3 if kept else 1.5}"/>')
     boxes = []
     for j, ((top, bottom), kind) in enumerate(zip(labels, kinds)):
         tip = escape(_hover(r, j, phase, greedy), quote=True)
@@ -197,7 +211,7 @@ def tree_html(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] = 
             f'<rect x="{x[j] + 1:.1f}" y="{y[j] + 1:.1f}" width="{box_w[j]:.1f}" height="{BOX_H}" rx="4" '
             f'fill="{FILL[kind]}" stroke="{LINE[kind]}" stroke-width="2"/>'
             f'<text x="{x[j] + 1 + PAD:.1f}" y="{y[j] + 1 + 17:.1f}" font-size="{TOKEN_PX}">{escape(top)}</text>'
-            f'<text x="{x[j] + 1 + PAD:.1f}" y="{y[j] + 1 + 33:.1f}" font-size="{NUMBER_PX}" fill="#374151">'
+            f'<text x="{x[j] + 1 + PAD:.1f}" y="{y[j] + 1 + 33:.1f}" font-size="{NUMBER_PX}" fill="{MUTED}">'
             f'{escape(bottom)}</text></g>')
     mine = [" (this machine's choice)" if a == 0 else "" for a in asked]
     sub = (f"W = {t.width}{mine[0]}: children per expanded node at most; N = {t.budget}{mine[1]}: nodes at most; "

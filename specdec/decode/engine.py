@@ -18,7 +18,6 @@ the trace's numbers per round (tests/model/test_device_path.py counts them).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import Iterator
 
@@ -59,10 +58,8 @@ class Generation:
         self.text = ""
         self.rounds: list[RoundTrace] = []
         self.prefill_s = 0.0
-        self.waited_s = 0.0  # time spent waiting for other users of the shared models (not in any phase)
         self.stop_reason: str | None = None  # eos | max_new_tokens | context | cancelled
         self._cancelled = False
-        self._waiting_since: float | None = None
         self._clock = Clock(pair.device)
         self._steps = self._loop()
 
@@ -70,17 +67,7 @@ class Generation:
         return self
 
     def __next__(self) -> RoundTrace:
-        t = self._waiting_since = time.perf_counter()
-        with self.pair.lock:  # the models are shared between sessions: one round at a time
-            self._waiting_since = None
-            self.waited_s += time.perf_counter() - t
-            return next(self._steps)
-
-    @property
-    def waiting(self) -> bool:
-        """Blocked for a while (over 0.1 s) on another user of the shared models; safe from another thread."""
-        since = self._waiting_since
-        return since is not None and time.perf_counter() - since > 0.1
+        return next(self._steps)
 
     def cancel(self) -> None:
         """End the run before its next round, or between two chunks of a long prefill; safe from

@@ -83,9 +83,9 @@ def measure_costs(pair) -> dict:
     work besides them: {"verify": [t_f, t_r], "draft": [t_f, t_r], "round": ms} in ms (t_f per forward,
     t_r per row, "round" per round)."""
     ids = [i % pair.vocab_size for i in range(1000, 1000 + CONTEXT + max(FIT_ROWS))]
-    with pair.lock:  # no session's round beside the timed forwards (the short runs below take it per round)
+    with pair.lock:  # the app's sessions share the models: no session's round beside the timed work
         out = _forward_costs(pair, ids)
-    out["round"] = _round_overhead_ms(pair, ids[:CONTEXT])
+        out["round"] = _round_overhead_ms(pair, ids[:CONTEXT])
     return out
 
 

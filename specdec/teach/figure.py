@@ -27,6 +27,7 @@ from specdec.teach.render_tree import (
     tree_layout,
     tree_test_rows,
 )
+from specdec.teach.style import DRAFTED, EDGE_COLOR, FILL, INK, LINE, MARKS, MUTED
 from specdec.trace import (
     ACCEPTED,
     AFTER_STOP,
@@ -40,13 +41,6 @@ from specdec.trace import (
     RoundTrace,
 )
 
-# Every kind of token's colour, the app's and the figure's: a fill, and a darker line for its border.
-COLORS = {ACCEPTED: "#86efac", REJECTED: "#fca5a5", RESAMPLED: "#fcd34d", BONUS: "#93c5fd", PLAIN: "#e5e7eb"}
-DRAFTED = "drafted"  # a draft before the verdicts are revealed
-FILL = {**COLORS, DRAFTED: "#dbeafe", UNREACHED: "#f3f4f6", AFTER_STOP: "#f3f4f6", UNTESTED: "#f3f4f6",
-        ROOT: "#ffffff"}
-LINE = {ACCEPTED: "#15803d", REJECTED: "#b91c1c", RESAMPLED: "#92400e", BONUS: "#1e40af", PLAIN: "#4b5563",
-        DRAFTED: "#2563eb", UNREACHED: "#6b7280", AFTER_STOP: "#6b7280", UNTESTED: "#6b7280", ROOT: "#111827"}
 # The second cue: a symbol and a word that say the verdict without colour.
 CUES = {ACCEPTED: "✓ kept", REJECTED: "✗ rejected", UNREACHED: "– not tested", AFTER_STOP: "– not emitted",
         UNTESTED: "– not tested", DRAFTED: "○ drafted", ROOT: "root", RESAMPLED: "↻ resampled", BONUS: "★ bonus",
@@ -58,8 +52,6 @@ KEY = {ACCEPTED: "✓ kept draft", REJECTED: "✗ rejected draft (not output)", 
 PHASE_NAMES = {"draft": "Draft", "verify": "Verify", "accept": "Accept/reject", "commit": "Commit and roll back"}
 DRAFTER_NAMES = {"model": "draft model", "hybrid": "lookup, else model", "tree": "model, as a token tree",
                  "lookup": "prompt lookup", "none": "verifier only"}
-# The app's marks for whitespace (its "show whitespace" switch); control characters as their Unicode pictures.
-MARKS = {" ": "·", "\t": "→", "\n": "↵"}
 
 W, H, M = 1920, 1080, 60          # the slide, and its margin
 TOP, BAND = 230, 820              # where the round's drawing starts; where the bottom panels start
@@ -70,7 +62,6 @@ RIGHT = ((RIGHT_X, TOP, 620, 212), (RIGHT_X, TOP + 226, 620, 226), (RIGHT_X, TOP
 SANS = "'DejaVu Sans', 'Segoe UI', Arial, sans-serif"
 MONO = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
 SANS_EM, BOLD_EM, MONO_EM = 0.6, 0.66, 0.61  # a character's advance, in em, for laying text out (DejaVu: at most)
-INK, MUTED = "#111827", "#374151"
 BODY = 24                         # body text; nothing is smaller than 22 px when drawn at full size
 GROW = 1.4                        # a small tree is drawn larger, to this scale at most
 NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # characters XML 1.0 cannot hold
@@ -394,7 +385,7 @@ def _tree(r: RoundTrace, phase: str, greedy: bool, story: str) -> tuple[list[str
         ends = j == len(nodes)
         x1, y1, x2, y2 = x[a] + box_w[a], y[a] + box_h / 2, x[j], y[j] + box_h / 2
         mid = (x1 + x2) / 2
-        colour = LINE[ACCEPTED] if kept else LINE[kinds[j]] if ends else "#9ca3af"
+        colour = LINE[ACCEPTED] if kept else LINE[kinds[j]] if ends else EDGE_COLOR
         dash = ' stroke-dasharray="10 6"' if ends else ""
         out.append(f'<path d="M{x1:.1f},{y1:.1f} C{mid:.1f},{y1:.1f} {mid:.1f},{y2:.1f} {x2:.1f},{y2:.1f}" fill="none" '
                    f'stroke="{colour}" stroke-width="{6 if kept else 3}"{dash}/>')

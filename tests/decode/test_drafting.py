@@ -36,7 +36,7 @@ from specdec.trace import (
     DraftPosition,
     summarize,
 )
-from specdec_ui.views import summary_markdown
+from specdec_ui.tabs.run import summary_markdown
 
 
 def _drafter(pair, stop_ids=frozenset(), context=None):

@@ -255,8 +255,8 @@ def test_a_model_whose_cache_cannot_be_cropped_is_refused_at_load(monkeypatch, c
 
 def test_cli_and_app_traces_carry_the_same_settings_record(tmp_path, monkeypatch, capsys):
     from specdec import ModelChoice
-    from specdec_ui import handlers
     from specdec_ui.state import Loader, Session, form_defaults
+    from specdec_ui.tabs import run as run_tab
     pair = tiny.pair(tiny.model(1), tiny.model(2))
     main = _cli_with(monkeypatch, lambda: pair)
     assert main(["generate", "--prompt", "w1 w2 w3", "--max-new-tokens", "6", "--json"]) == 0
@@ -264,7 +264,7 @@ def test_cli_and_app_traces_carry_the_same_settings_record(tmp_path, monkeypatch
     s = cli_trace["settings"]
     assert s["prompt"] == "w1 w2 w3" and (s["target"], s["draft"]) == ("tiny-target", "tiny-draft")
     assert (s["device"], s["precision"]) == ("cpu", "float32")  # what ran, not "auto"
-    final = list(handlers.run(Loader(ModelChoice.of(pair), pair), Session(),
+    final = list(run_tab.run(Loader(ModelChoice.of(pair), pair), Session(),
                               {**form_defaults(), "prompt": "w1 w2 w3", "max_new_tokens": 6}))[-1]
     app_trace = json.loads(Path(final.download).read_text())
     assert app_trace["settings"].keys() == s.keys()
@@ -272,7 +272,7 @@ def test_cli_and_app_traces_carry_the_same_settings_record(tmp_path, monkeypatch
            {k: s[k] for k in ("prompt", "target", "draft", "device", "precision")}
     path = tmp_path / "cli-trace.json"
     path.write_text(json.dumps(cli_trace))
-    replayed = handlers.replay(Session(), str(path))
+    replayed = run_tab.replay(Session(), str(path))
     assert "prompt: 'w1 w2 w3'" in replayed.view.status and "precision float32" in replayed.view.status
     assert TraceFile.from_json(path.read_text()).settings == s
 

@@ -199,8 +199,8 @@ def test_the_shape_that_ran_is_decided_once_and_recorded_by_every_entry_point(mo
     from pathlib import Path
 
     from specdec import ModelChoice, ModelDrafter
-    from specdec_ui import handlers
     from specdec_ui.state import Loader, Session, form_defaults
+    from specdec_ui.tabs import run as run_tab
     pair = _lean_pair()
     gen = start(pair, "w1 w2", DecodeConfig(k=5, max_new_tokens=4), "tree", chat=False)
     assert (gen.cfg.tree_width, gen.cfg.tree_nodes) == (1, 5) and "chain" in gen.tree_shape
@@ -208,7 +208,7 @@ def test_the_shape_that_ran_is_decided_once_and_recorded_by_every_entry_point(mo
     gen = start(pair, "w1 w2", DecodeConfig(k=3, tree_width=2, tree_nodes=6), "tree", chat=False)
     assert (gen.cfg.tree_width, gen.cfg.tree_nodes) == (2, 6) and "requested" in gen.tree_shape
     form = {**form_defaults(), "prompt": "w1 w2 w3", "drafter": "tree", "k": 3, "max_new_tokens": 4}
-    final = list(handlers.run(Loader(ModelChoice.of(pair), pair), Session(), form))[-1]
+    final = list(run_tab.run(Loader(ModelChoice.of(pair), pair), Session(), form))[-1]
     settings = json.loads(Path(final.download).read_text())["settings"]
     assert (settings["tree_width"], settings["tree_nodes"]) == (1, 3)
     import specdec.weights.loading

@@ -67,7 +67,7 @@ def test_a_difference_at_an_exact_tie_is_a_near_tie():
 
 
 def test_the_compare_view_says_where_and_why_outputs_part():
-    from specdec_ui.views import compare_view
+    from specdec_ui.tabs.compare import compare_view
     pair = tiny.pair(tiny.lean(tiny.model(4, scale=8)), tiny.lean(tiny.model(5, scale=8)))
     prompt = tiny.prompt_ids()
     base, spec = runs(pair, prompt)

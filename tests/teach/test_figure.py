@@ -20,8 +20,9 @@ from specdec import (
     save_round_figure,
 )
 from specdec.decode.start import start
-from specdec.teach.figure import COLORS, visible
+from specdec.teach.figure import visible
 from specdec.teach.render import PHASES_OF_A_ROUND
+from specdec.teach.style import FILL
 from specdec.trace import ACCEPTED, BONUS, REJECTED, RESAMPLED, UNREACHED, UNTESTED
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -99,7 +100,7 @@ def test_a_chain_round_shows_every_draft_its_numbers_and_its_verdict_in_words(ch
         assert cells[1] == visible(pos.text)
         assert cells[-1].startswith(VERDICTS[pos.status]), (cells, pos.status)     # a word and a symbol, not colour
         assert row.get("data-status") == pos.status
-        assert row.find(f"{SVG}rect").get("fill") == COLORS.get(pos.status, "#f3f4f6")
+        assert row.find(f"{SVG}rect").get("fill") == FILL[pos.status]
         if pos.tested:
             assert cells[2:6] == [f"{pos.q:.3g}", f"{pos.p:.3g}", f"{pos.ratio:.3g}", f"{pos.u:.3g}"]
         else:                                                  # never tested: no p, p/q or u, as the app shows it
@@ -278,8 +279,8 @@ def test_text_on_the_slide_is_large_enough_to_read_projected(chain, tree_round):
 
 def test_the_step_through_offers_the_round_on_show_at_its_phase_and_nothing_before_a_round():
     from specdec_ui import figure_views
-    from specdec_ui import handlers as h
     from specdec_ui.state import Loader, Session, form_defaults
+    from specdec_ui.tabs import step as step_tab
     pair = tiny.pair(tiny.model(1, scale=4), tiny.model(2, scale=4))
     loader, session = Loader(ModelChoice.of(pair), pair), Session()
     form = {**form_defaults(), "prompt": PROMPT, "k": 4, "confidence": 0.0, "temperature": 1.0, "max_new_tokens": 16}
@@ -287,7 +288,7 @@ def test_the_step_through_offers_the_round_on_show_at_its_phase_and_nothing_befo
     assert note == figure_views.NOTHING and not svg_b["interactive"] and not png_b["interactive"] and preview == ""
     for action, phase, n in (("draft", "Draft", 1), ("verify", "Verify", 1), ("commit", "Commit and roll back", 1),
                              ("step", "Commit and roll back", 2)):
-        list(h.step(loader, action, session, form))
+        list(step_tab.step(loader, action, session, form))
         note, svg_b, png_b, preview = figure_views.update(loader, session)
         assert svg_b["interactive"] and png_b["interactive"]
         shown = texts(parse(preview))
@@ -296,5 +297,5 @@ def test_the_step_through_offers_the_round_on_show_at_its_phase_and_nothing_befo
         r = session.walk.shown
         assert context.endswith(visible(pair.decode(session.gen.prompt_ids + session.gen.token_ids[:r.context_len - len(
             session.gen.prompt_ids)])[-20:]))                       # the context ends where the round begins
-    list(h.step(loader, "reset", session, form))
+    list(step_tab.step(loader, "reset", session, form))
     assert figure_views.update(loader, session)[0] == figure_views.NOTHING

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import pytest
 from helpers.notebooks import render_script
 
-from specdec_ui import layout, notebooks
+from specdec_ui import notebooks, page
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = "99_tiny"
@@ -63,11 +63,11 @@ def test_a_notebook_as_written_is_marked_not_run(render, folders):
 
 def test_the_notebook_links_point_at_pages_the_app_serves(tmp_path, monkeypatch):
     monkeypatch.setattr(notebooks, "PAGES", tmp_path)
-    names = list(layout.NOTEBOOK_LINES)
+    names = list(page.NOTEBOOK_LINES)
     run, as_written, none = names[0], names[1], names[2:]
     notebooks.run_page(run).write_text("<title>a run</title>")
     notebooks.text_page(as_written).write_text("<title>as written</title>")
-    text = layout._notebooks()
+    text = page._notebooks()
     links = dict((unescape(title), href) for href, title in LINK.findall(text))
     assert set(links) == {notebooks.title(run), notebooks.title(as_written)}
     for href in links.values():
@@ -77,16 +77,16 @@ def test_the_notebook_links_point_at_pages_the_app_serves(tmp_path, monkeypatch)
     assert Path(unquote(links[notebooks.title(run)].removeprefix(notebooks.GRADIO_FILES))) == notebooks.run_page(run)
     assert f"{escape(notebooks.title(as_written))}</a> (not run yet: no figures)" in text
     for name in none:
-        assert f"* {escape(notebooks.title(name))} (not rendered yet): {layout.NOTEBOOK_LINES[name]}" in text
+        assert f"* {escape(notebooks.title(name))} (not rendered yet): {page.NOTEBOOK_LINES[name]}" in text
     assert text.count("`make notebooks-html`") == 1 and "`make notebooks`" in text
     demo = SimpleNamespace(queue=lambda **_: None, _queue=SimpleNamespace(), launch=lambda **kwargs: kwargs)
-    assert str(notebooks.PAGES) in layout.launch(demo)["allowed_paths"]     # the folder the links point into
+    assert str(notebooks.PAGES) in page.launch(demo)["allowed_paths"]     # the folder the links point into
 
 
 def test_every_page_run_means_no_line_asking_for_a_run(tmp_path, monkeypatch):
     monkeypatch.setattr(notebooks, "PAGES", tmp_path)
-    for name in layout.NOTEBOOK_LINES:
+    for name in page.NOTEBOOK_LINES:
         notebooks.run_page(name).write_text("<title>a run</title>")
-    text = layout._notebooks()
-    assert len(LINK.findall(text)) == len(layout.NOTEBOOK_LINES)
+    text = page._notebooks()
+    assert len(LINK.findall(text)) == len(page.NOTEBOOK_LINES)
     assert "make notebooks-html" not in text and "not run yet" not in text

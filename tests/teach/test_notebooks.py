@@ -85,7 +85,7 @@ def test_notebook_outputs_are_stripped_in_git(path):
 
 
 def test_the_page_and_the_notebooks_link_to_each_other():
-    from specdec_ui.layout import NOTEBOOK_LINES, _notebooks
+    from specdec_ui.page import NOTEBOOK_LINES, _notebooks
     assert set(NOTEBOOK_LINES) == {p.stem for p in NOTEBOOKS}
     page = _notebooks()
     for path in NOTEBOOKS:

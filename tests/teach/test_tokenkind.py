@@ -201,7 +201,7 @@ def test_the_sentence_names_the_highest_and_lowest_classes_with_enough_samples_o
 # ---- the Run and Compare tabs -----------------------------------------------------------------
 
 def test_the_run_view_draws_kept_over_tested_per_kind_with_its_counts_and_says_what_they_show():
-    from specdec_ui.views import run_view
+    from specdec_ui.tabs.run import run_view
     view = run_view(SCRIPTED, 0.0, "Finished.")
     rows = list(view.kinds.data[0].y)
     assert rows[:5] == ["whitespace<br>3/3", "punctuation, operators<br>3/3", "keywords<br>1/2", "identifiers<br>3/4",
@@ -227,7 +227,7 @@ def _compared(temperature: float, seeds: tuple[int, ...]):
 
     from specdec_ui.charts import SPECULATIVE, VERIFIER_ONLY
     from specdec_ui.state import form_defaults, parse_form
-    from specdec_ui.views import compare_view
+    from specdec_ui.tabs.compare import compare_view
     target = tiny.model(1, scale=4)
     pair = tiny.pair(target, tiny.noisy_copy(target, 2, 0.3))
     settings = parse_form({**form_defaults(), "prompt": "w1 w2 w3", "k": 3, "confidence": 0.0,

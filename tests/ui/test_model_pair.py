@@ -18,7 +18,7 @@ from specdec.model import precision
 from specdec.model.precision import Precision
 from specdec.options import flat
 from specdec.weights import loading
-from specdec_ui import handlers as h
+from specdec_ui import page
 from specdec_ui.state import (
     FIELD_LABELS,
     MODEL_FORM,
@@ -28,7 +28,9 @@ from specdec_ui.state import (
     form_defaults,
     model_values,
 )
-from specdec_ui.views import Problem, StepView
+from specdec_ui.tabs import step as step_tab
+from specdec_ui.tabs.step import StepView
+from specdec_ui.views import Problem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,7 +87,7 @@ def form(**kw) -> dict:
 
 
 def step(loader, session, action="step"):
-    return list(h.step(loader, action, session, form()))[-1]
+    return list(step_tab.step(loader, action, session, form()))[-1]
 
 
 def cli_error(capsys, models: ModelChoice) -> str:
@@ -105,7 +107,7 @@ def in_the_page(field: str, message: str) -> str:
 def test_a_refused_value_is_answered_at_its_field_with_the_command_lines_message(ggufs, capsys, field, bad):
     loader = loaded(ggufs)
     asked = values(loader.models, **{field: bad})
-    *started, problem = list(h.load_models(loader, asked))
+    *started, problem = list(page.load_models(loader, asked))
     wanted = cli_error(capsys, ModelChoice(**{**flat(loader.models), field: bad}))
     assert isinstance(problem, Problem) and problem.field == field
     assert problem.message == in_the_page(field, wanted)
@@ -121,7 +123,7 @@ def test_a_draft_of_another_family_is_refused_at_the_draft_field(ggufs, tmp_path
     tiny.model(3).save_pretrained(other)
     tiny.tokenizer().save_pretrained(other)
     loader = loaded(ggufs)
-    *_, problem = list(h.load_models(loader, values(loader.models, draft=str(other))))
+    *_, problem = list(page.load_models(loader, values(loader.models, draft=str(other))))
     wanted = cli_error(capsys, choice(ggufs[0], str(other)))
     assert wanted.startswith("draft and target tokenizers disagree at id 0")
     assert problem.field == "draft" and problem.message == in_the_page("draft", wanted)
@@ -132,7 +134,7 @@ def test_the_pair_in_use_stays_usable_when_the_new_one_fails(ggufs):
     session = Session()
     assert isinstance(step(loader, session), StepView)
     in_use = loader.pair
-    *_, problem = list(h.load_models(loader, values(loader.models, target="/no/such/dir")))
+    *_, problem = list(page.load_models(loader, values(loader.models, target="/no/such/dir")))
     assert problem.field == "target"
     loader.wait()
     # a name that names nothing is refused before anything is released: the same pair, the same step-through
@@ -142,7 +144,7 @@ def test_the_pair_in_use_stays_usable_when_the_new_one_fails(ggufs):
     # a directory that exists but holds no model is refused by the loading itself: the pair in use comes back
     empty = Path(ggufs[0]).parent.parent / "empty"
     empty.mkdir(exist_ok=True)
-    *_, problem = list(h.load_models(loader, values(loader.models, target=str(empty))))
+    *_, problem = list(page.load_models(loader, values(loader.models, target=str(empty))))
     assert problem.field == "target"
     loader.wait()
     assert loader.pair is not None and loader.error is None and loader.models == choice(*ggufs)
@@ -158,7 +160,7 @@ def test_a_new_pair_replaces_the_old_one_whose_memory_goes_and_the_step_through_
     assert isinstance(step(loader, session), StepView) and isinstance(step(loader, session), StepView)
     old = weakref.ref(loader.pair)
     swapped = values(loader.models, target=ggufs[1], draft=ggufs[0])
-    *said, last = list(h.load_models(loader, swapped))
+    *said, last = list(page.load_models(loader, swapped))
     assert said[0].startswith(f"Loading {ggufs[1]} with {ggufs[0]}") and last == ""
     assert (loader.pair.target_name, loader.pair.draft_name) == (ggufs[1], ggufs[0])
     assert loader.models == choice(ggufs[1], ggufs[0]) and loader.refused is None
@@ -174,7 +176,7 @@ def test_a_new_pair_replaces_the_old_one_whose_memory_goes_and_the_step_through_
 def test_the_same_models_are_not_loaded_again_and_back_to_embedded_names_the_default_pair(ggufs):
     loader = loaded(ggufs)
     pair = loader.pair
-    assert list(h.load_models(loader, values(loader.models))) == [Problem(h.SAME_MODELS)]
+    assert list(page.load_models(loader, values(loader.models))) == [Problem(page.SAME_MODELS)]
     assert loader.pair is pair
     assert list(model_values(ModelChoice()).values())[:2] == [ModelChoice.target, ModelChoice.draft]
     assert tuple(model_values(ModelChoice())) == MODEL_FORM
@@ -182,7 +184,7 @@ def test_the_same_models_are_not_loaded_again_and_back_to_embedded_names_the_def
 
 def test_an_empty_draft_is_none_as_on_the_command_line(ggufs):
     loader = loaded(ggufs)
-    *_, last = list(h.load_models(loader, values(loader.models, draft="  ")))
+    *_, last = list(page.load_models(loader, values(loader.models, draft="  ")))
     assert last == "" and loader.pair.draft is None and loader.models.draft is None
     problem = step(loader, Session())
     assert problem.field == "drafter" and "needs a draft model" in problem.message

@@ -8,7 +8,7 @@ from playwright import sync_api
 
 from benchmarks import chromium
 from specdec import ModelChoice
-from specdec_ui.layout import build_demo, launch
+from specdec_ui.page import build_demo, launch
 from specdec_ui.state import Loader
 
 

@@ -12,7 +12,7 @@ from helpers.notebooks import render_script
 
 from specdec import ModelChoice
 from specdec_ui import notebooks
-from specdec_ui.layout import NOTEBOOK_LINES, build_demo, launch
+from specdec_ui.page import NOTEBOOK_LINES, build_demo, launch
 from specdec_ui.state import Loader
 
 pytestmark = [pytest.mark.browser, pytest.mark.real]

@@ -20,7 +20,7 @@ from helpers.browser import (
 )
 
 from specdec import ModelChoice
-from specdec_ui.layout import build_demo, launch
+from specdec_ui.page import build_demo, launch
 from specdec_ui.state import Loader
 
 pytestmark = [pytest.mark.browser, pytest.mark.real]

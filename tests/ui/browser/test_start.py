@@ -8,8 +8,8 @@ import re
 import pytest
 from helpers.browser import LAPTOP, PHONE, expect
 
-from specdec_ui.handlers import ALL_K_LABEL
 from specdec_ui.start import TITLE
+from specdec_ui.tabs.step import ALL_K_LABEL
 
 pytestmark = [pytest.mark.browser, pytest.mark.real]
 

@@ -9,10 +9,8 @@ from html import unescape
 import gradio as gr
 import pytest
 import torch
-from helpers import tiny
 from helpers.ui import form, step
 
-from specdec import ModelChoice
 from specdec.teach.experiment import (
     BUGS,
     OTHER,
@@ -23,8 +21,8 @@ from specdec.teach.experiment import (
     sample_rule_and_bug,
     tv_distance,
 )
-from specdec_ui import rule_tab as rt
-from specdec_ui.state import Loader, Session
+from specdec_ui.state import Session
+from specdec_ui.tabs import rule as rt
 from specdec_ui.views import Problem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -199,12 +197,6 @@ def test_the_unnormalised_bug_is_harmless_where_the_residual_has_one_token():
 
 
 # ---- the current real round ------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def loader():
-    pair = tiny.pair(tiny.model(1, scale=4), tiny.model(2, scale=4))
-    return Loader(ModelChoice.of(pair), pair)
-
 
 def test_the_real_round_preset_loads_a_tested_position_lumped_or_says_there_is_none(loader):
     s = Session()

@@ -30,11 +30,11 @@ from specdec.teach.experiment import (
     tv_distance,
 )
 from specdec.teach.theory import tokens_per_round
-
-from . import charts
-from . import handlers as h
-from .state import Session
-from .views import Problem
+from specdec_ui import charts
+from specdec_ui.positions import sample_positions
+from specdec_ui.state import Session
+from specdec_ui.views import Problem
+from specdec_ui.wiring import Page
 
 SLOTS = 10  # token rows on the page: the example's 6, or a real position's top 9 and the rest lumped
 EXAMPLE = (("mat", "floor", "sofa", "bed", "rug", "roof"),  # after "The cat sat on the"
@@ -87,7 +87,7 @@ class RuleSampleView:
 
 def shown(label: str) -> str:
     """A token as the page names it."""
-    return "all other tokens" if label == OTHER else charts._label(label)
+    return "all other tokens" if label == OTHER else charts.token_label(label)
 
 
 def weight_name(letter: str, label: str) -> str:
@@ -255,7 +255,7 @@ def _listed(items: list[str]) -> str:
 
 def round_positions(session: Session) -> tuple[list[tuple[str, int]], int | None]:
     """The tested positions of the Step through round on show (as its sample view offers them)."""
-    return h.sample_positions(session)
+    return sample_positions(session)
 
 
 def from_round(session: Session, position=None) -> Weights | Problem:
@@ -346,8 +346,9 @@ def _slider_updates(w: Weights) -> list:
     return rows + ps + qs
 
 
-def build(session, tab_id: str) -> None:
-    """The Rule tab, inside ``gr.Tabs``; ``session`` is the page's Session state (the round on show)."""
+def build(page: Page, tab_id: str) -> None:
+    """The tab, inside ``gr.Tabs``; it reads the page's session for the Step through round on show."""
+    session = page.session
     labels0, p0, q0 = EXAMPLE
     first = live(labels0, p0, q0, 4)
     with gr.Tab("Rule", id=tab_id) as tab:
