@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import ROOT, write_json
+from benchmarks.tables import machine_line
 
 PROMPT = "Write a Python function that merges two sorted lists."
 PY = sys.executable
@@ -157,6 +158,35 @@ def compare(cli: dict, app: dict, page: dict) -> dict:
             # the browser's CPU time over the run (the final charts included), as a share of both cores
             "browser_cpu_s": page["browser_cpu_s"],
             "browser_cpu_share": page["browser_cpu_s"] / (2 * page["click_to_finished_s"])}
+
+
+COMMAND = "python -m benchmarks.app_overhead"
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one result: the app's decode speed against the CLI's per budget."""
+    s = d["settings"]
+    tok_s = ("decode tok/s, each run's own trace: tokens / the rounds' compute, the prefill excluded (the page's "
+             "\"tok/s decoding\")" if d.get("tok_s") == "decode" else
+             "tok/s is each run's own trace (tokens / (prefill + rounds))")
+    out = ["#### The app against the CLI", "",
+           f"{machine_line(d)}. Prompt {d['prompt']!r}, K = {s['k']}, confidence {s['confidence']}, T = "
+           f"{s['temperature']}; {d['repeats']} CLI/app pairs per budget, interleaved; medians. {tok_s}; round growth is the median of the app's last quarter of rounds "
+           "over its first, each divided by the same round of the CLI (1 = flat); the browser's CPU is the share of "
+           "both cores Chromium used from the click to \"Finished\".", "",
+           "| max new tokens | CLI tok/s | app tok/s | app / CLI | app round growth | browser CPU |",
+           "|---:|---:|---:|---:|---:|---:|"]
+    for n, v in d["summary"].items():
+        share = v.get("browser_cpu_share")
+        out.append(f"| {n} | {v['cli_tok_s']:.2f} | {v['app_tok_s']:.2f} | {v['app_vs_cli']:.2f}x "
+                   f"| {v['app_round_growth']:.2f} | {'–' if share is None else f'{share:.0%}'} |")
+    if "fresh_app_first_run" in d:
+        f = d["fresh_app_first_run"]
+        runs = f.get("runs", [f["app_vs_cli"]])
+        out += ["", f"A freshly started app's first run ({f['budget']} tokens): **{f['app_vs_cli']:.2f}x** the CLI "
+                f"(median of {len(runs)} fresh apps: {', '.join(f'{x:.2f}x' for x in runs)}); the slowest app run of "
+                f"all: {d['worst_app_vs_cli']:.2f}x."]
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:

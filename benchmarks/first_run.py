@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import ROOT, machine, write_json
+from benchmarks.tables import machine_line
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 TARGETS = {"first_run_peak_gib": 4.0, "cache_gb": 3.0, "models_ready_s": 5.0, "first_token_s": 5.0}
@@ -79,6 +80,31 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+COMMAND = "python -m benchmarks.first_run"
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one result: a first run's memory, time and cache, and the warm
+    starts after it, against their targets."""
+    s, t, f = d["summary"], d["targets"], d["first_run"]
+    ok = lambda x, lim, unit: f"{'met' if x <= lim else 'missed'} (target <= {lim:g} {unit})"  # noqa: E731
+    out = ["#### A first run and the starts after it", "",
+           f"{machine_line(d)}. `python -m specdec generate` with an empty cache (this machine's kernel timings copied in), "
+           f"then {len(d['warm_cli'])} warm starts each of the CLI (one new token) and of `app.py`; every run a fresh "
+           "process, medians. Peak memory is that process's own `ru_maxrss`; disk is the blocks the cache uses.", "",
+           "| what | measured | against the issue's target |", "|---|---:|---|",
+           f"| first run, peak resident memory (packing included) | {s['first_run_peak_gib']:.2f} GiB "
+           f"| {ok(s['first_run_peak_gib'], t['first_run_peak_gib'], 'GiB')} |",
+           f"| first run, wall time (8 tokens) | {f['wall_s']:.0f} s | – |",
+           f"| cache after it | {s['cache_gb']:.2f} GB | {ok(s['cache_gb'], t['cache_gb'], 'GB')} |",
+           f"| warm app: models ready | {s['models_ready_s']:.1f} s | {ok(s['models_ready_s'], t['models_ready_s'], 's')} |",
+           f"| warm CLI: models ready | {s['cli_models_ready_s']:.1f} s | – |",
+           f"| warm CLI: start to first token (and exit) | {s['first_token_s']:.1f} s "
+           f"| {ok(s['first_token_s'], t['first_token_s'], 's')} |", "",
+           "The cache: " + ", ".join(f"`{k}` {v / 1e9:.2f} GB" for k, v in d["disk"]["files"].items() if v >= 1e7) + "."]
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:

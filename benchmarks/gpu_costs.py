@@ -7,7 +7,8 @@ exactly as the engine runs it on that device (static cache, ``CachedLM.forward``
 waiting for the device):
 
 * time(L) for L = 1..16 new rows after a ``--context``-token prompt, per model and mode (eager;
-  CUDA graphs where there are any), the median of ``--reps`` calls, and the fit t(L) = t_f + t_r·L;
+  CUDA graphs where there are any), the fastest of ``--reps`` calls (:func:`specdec.model.timing.time_forward`,
+  as the JSON's ``estimator`` says), and the fit t(L) = t_f + t_r·L;
 * the verifier padded to ``GPU_PAD_ROWS`` rows, as it runs for exact greedy output: what
   exactness costs against the fastest (unpadded) one-row forward;
 * the predicted speed-up from those costs at the acceptance measured on the CPU for the real
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import ROOT, environment, write_json
-from specdec.model.devices import Clock, resolve_device
+from benchmarks.tables import estimator
+from specdec.model.devices import resolve_device
 from specdec.model.graphs import available as graphs_available
-from specdec.model.lm import CachedLM
 from specdec.model.precision import Precision, choose
 from specdec.model.qwen2 import LeanQwen2
-from specdec.model.timing import fit_line
+from specdec.model.timing import ESTIMATOR, fit_line, time_forward
 from specdec.teach.theory import tokens_per_round
 from specdec.weights.loading import GPU_PAD_ROWS
 from specdec.weights.pairing import ModelPair
@@ -95,29 +95,6 @@ def build(role: str, device: torch.device, precision, tiny: bool, graphs: bool, 
                      device=device, static=True, pad_rows=pad_rows, graphs=graphs)  # a GPU's path, also on a CPU
 
 
-def time_rows(model: LeanQwen2, context: int, rows, reps: int) -> dict[int, float]:
-    """Median ms of one forward of L new rows after ``context`` tokens, per L (cropped back after each)."""
-    clock = Clock(model.device)
-    lm = CachedLM(model, model.config.vocab_size)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (context + max(rows),), generator=g).tolist()
-    lm.prefill(ids[:context])
-    out = {}
-    for n in rows:
-        feed = ids[context:context + n]
-        for _ in range(3):  # warm-up: graph capture, allocator, kernel choice
-            lm.forward(feed, keep=n)
-            lm.cache.crop(context)
-        times = []
-        for _ in range(reps):
-            t0 = clock()
-            lm.forward(feed, keep=n)
-            times.append(clock() - t0)
-            lm.cache.crop(context)
-        out[n] = statistics.median(times) * 1e3
-    return out
-
-
 def fit(times: dict[int, float]) -> tuple[float, float]:
     """(t_f, t_r) over the measured L, by :func:`specdec.model.timing.fit_line`."""
     return fit_line(list(times), list(times.values()))
@@ -153,7 +130,7 @@ def measure(device: torch.device, tiny: bool, context: int, reps: int, precision
     for role in ("target", "draft"):
         for mode in modes:
             model = build(role, device, precision, tiny, graphs=mode == "graphs")
-            t = time_rows(model, context, ROWS, reps)
+            t = time_forward(model, ROWS, context, reps)
             a, b = fit(t)
             costs[f"{role} {mode}"] = {"ms": {str(k): v for k, v in t.items()}, "a_ms": a, "b_ms": b}
             del model
@@ -161,7 +138,7 @@ def measure(device: torch.device, tiny: bool, context: int, reps: int, precision
                 torch.cuda.empty_cache()
     best_mode = modes[-1]
     padded = build("target", device, precision, tiny, graphs=best_mode == "graphs", pad_rows=GPU_PAD_ROWS)
-    pad = time_rows(padded, context, [1, 7], reps)
+    pad = time_forward(padded, [1, 7], context, reps)
     del padded
     tv = {int(k): v for k, v in costs[f"target {best_mode}"]["ms"].items()}
     td1 = costs[f"draft {best_mode}"]["ms"]["1"]
@@ -182,9 +159,48 @@ def measure(device: torch.device, tiny: bool, context: int, reps: int, precision
     pair.device, pair.precision, pair.draft_precision = device, precision, precision
     return {"benchmark": "gpu_costs", **environment(pair), "tiny": tiny, "random_weights": True,
             "shapes": {r: {**SHAPES[r], **(TINY if tiny else {})} for r in SHAPES}, "context": context, "reps": reps,
-            "modes": modes, "fastest_verifier_only": f"target {best_mode}, 1 row, unpadded", "costs": costs,
+            "estimator": ESTIMATOR, "modes": modes, "fastest_verifier_only": f"target {best_mode}, 1 row, unpadded",
+            "costs": costs,
             "padded": {"rows": GPU_PAD_ROWS, "ms": {str(k): v for k, v in pad.items()}}, "ratios": ratios,
             "cpu_acceptance": acc, "prediction": prediction, "targets": TARGETS}
+
+
+COMMAND = "python -m benchmarks.gpu_costs"
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one result: each model's forward costs per mode, the ratios
+    against issue 17's targets, and the predicted speed-ups."""
+    hw, r, t, c = d["hardware"], d["ratios"], d["targets"], d["costs"]
+    ok = lambda x, lim, le=True: f"{x:.2f}{'' if (x <= lim if le else x >= lim) else ' (missed)'}"  # noqa: E731
+    out = [f"#### Forward costs on {hw['accelerator']}: the embedded pair's shapes, random weights", "",
+           f"{hw['accelerator']} ({d['device']}), precision {d['precision']}; torch {d['versions']['torch']}; commit "
+           f"`{d['commit']}`, {d['date'][:10]}. {estimator(d).capitalize()} of {d['reps']} forwards of L new rows "
+           f"after a {d['context']}-token context, through `CachedLM.forward` with the clock waiting for the device; "
+           "t(L) = t_f + t_r·L fitted over L = 1..16.",
+           "", "| model | mode | 1 row (ms) | 7 rows (ms) | 16 rows (ms) | t_f (ms) | t_r (ms/row) |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    for name, x in c.items():
+        ms = x["ms"]
+        out.append(f"| {name.split()[0].replace('target', 'verifier')} | {name.split()[1]} | {ms['1']:.2f} "
+                   f"| {ms['7']:.2f} | {ms['16']:.2f} | {x['a_ms']:.2f} | {x['b_ms']:.3f} |")
+    g = r["graphs_speedup"]
+    out += ["", "| against issue 17's targets | measured | target |", "|---|---:|---:|",
+            f"| verifier, 7 rows / 1 row | {ok(r['verify_7_over_1'], t['verify_7_over_1'])} | <= {t['verify_7_over_1']} |",
+            f"| draft step / verifier step | {ok(r['draft_over_verify'], t['draft_over_verify'])} "
+            f"| <= {t['draft_over_verify']} |"]
+    if g:
+        out += [f"| graphs vs eager, one-row step, {m.replace('target', 'verifier')} | "
+                f"{ok(v, t['graphs_speedup'], le=False)}x | >= {t['graphs_speedup']}x |" for m, v in g.items()]
+    for kind, p in d["prediction"].items():
+        for how, x in p.items():
+            out.append(f"| predicted speed-up, {kind} (CPU acceptance {d['cpu_acceptance'][kind]:.0%}), {how}, "
+                       f"best K = {x['k']} | {ok(x['speedup'], t['predicted_speedup'], le=False)}x "
+                       f"| >= {t['predicted_speedup']}x |")
+    out += ["", f"Exact greedy output pads every verifier forward to {d['padded']['rows']} rows: its one-token step "
+            f"costs {r['exact_padding_cost']:.2f}x the unpadded one ({d['padded']['ms']['1']:.2f} ms). Acceptance from "
+            f"`{d['cpu_acceptance'].get('source')}` ({d['cpu_acceptance'].get('cpu')})."]
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.tables import machine_line
+
 IN, OUT = 1536, 8960
 ROWS = (1, 7)
 REPS = 60
@@ -173,6 +175,38 @@ def torchao_status() -> dict:
     import torchao  # noqa: F401
     ops = [o for o in dir(torch.ops.torchao) if "cpu" in o.lower()]
     return {"installed": True, "version": getattr(torchao, "__version__", "?"), "cpu_ops": ops}
+
+
+COMMAND = "python -m benchmarks.kernel_candidates"
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one result: each candidate linear against the reference, and
+    what compiling it costs."""
+    n_in, n_out = d["layer"]
+    out = [f"#### Ways to a decode-shaped linear, one {n_in}x{n_out} layer", "",
+           f"{machine_line({**d, 'precision': '-'})}. Each candidate in its own process, timed interleaved with "
+           f"{d['reference']} (1 and 7 rows, {d['reps']} reps, medians); compiled ones with `torch.compile` "
+           "(freezing, max-autotune, the CPP GEMM template among the choices), once per row count, on an empty "
+           "inductor cache (cold) and again on the same cache in a fresh process (warm, what each start would pay).",
+           "", f"| candidate | 1 row | 7 rows | 7 rows / 1 | vs {d['reference']} at 1 / 7 rows | compile, cold "
+           "(1 + 7 rows) | compile, warm | CPP micro-GEMM in its code |", "|---|---:|---:|---:|---:|---:|---:|:---:|"]
+    for name, c in d["candidates"].items():
+        if "error" in c:
+            out.append(f"| {name} | failed: {c['error']} | | | | | | |")
+            continue
+        ms, vs = c["ms"], c["vs_reference"]
+        cold = c.get("compile_s")
+        warm = c.get("warm_compile_s")
+        out.append(f"| {name} | {ms['1']:.2f} ms | {ms['7']:.2f} ms | {c['seven_vs_one']:.2f} | "
+                   f"{vs['1']:.2f}x / {vs['7']:.2f}x | "
+                   + (f"{cold['1']:.0f} + {cold['7']:.0f} s | " if cold else "– | ")
+                   + (f"{warm['1']:.1f} + {warm['7']:.1f} s | " if warm else "– | ")
+                   + ("yes" if c.get("cpp_micro_gemm_sources") else "no" if cold else "–") + " |")
+    t = d["torchao"]
+    out += ["", "torchao: " + (t["note"] if not t["installed"] else
+                               f"{t['version']}, CPU ops: {', '.join(t['cpu_ops']) or 'none'}") + "."]
+    return "\n".join(out)
 
 
 def main() -> None:

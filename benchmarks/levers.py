@@ -2,8 +2,10 @@
 
 1. **Forward costs**: one forward of the embedded verifier and draft by representation and
    kernel, forward implementation (lean vs transformers'), batch invariance and draft output rows,
-   at 1 row (decoding) and K+1 rows (verifying). The draft's variants are timed interleaved
-   (round-robin, all loaded at once), so this machine's drift hits them alike.
+   at 1 row (decoding) and K+1 rows (verifying), each the fastest of its reps
+   (:func:`specdec.model.timing.time_forward`; the JSON's ``estimator``, the median in results written
+   before it was named). The draft's variants are timed interleaved (round-robin, all loaded at once),
+   so this machine's drift hits them alike.
 2. **End to end**: speculative decoding with the default verifier and each draft variant (and
    the hybrid drafter, and the draft's sampling path at T = 0 with and without its fast path) on
    held-out code prompts: tok/s, acceptance, tokens per round and c, the draft phase's time per
@@ -17,20 +19,21 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
 import sys
 import time
 
 import torch
 
 from benchmarks.common import ROOT, environment, write_json
-from benchmarks.profile import CONTEXT, context_ids, forward_times
+from benchmarks.profile import CONTEXT
+from benchmarks.tables import estimator, fmt
 from benchmarks.throughput import draft_cost_ratio
 from specdec import DecodeConfig
 from specdec.decode.drafters import ModelDrafter
 from specdec.decode.start import start
 from specdec.model.lm import CachedLM
 from specdec.model.precision import cpu_variants
+from specdec.model.timing import ESTIMATOR, filler_ids, time_forward, time_forwards
 from specdec.weights.catalogue import DEFAULT_DRAFT, DEFAULT_TARGET
 from specdec.weights.loading import TRANSFORMERS, load_model, load_pair
 from specdec.weights.pairing import ModelPair
@@ -46,26 +49,15 @@ PROMPTS = [  # held out: none of them is in the app, the tests or the throughput
 
 
 def forward_ms(model, vocab: int, reps: int = 7) -> list[float]:
-    """Median ms of one forward of each row count in ROWS after a CONTEXT-token cache: the same
-    measurement as the profile's forward-cost fit (``benchmarks.profile.forward_times``)."""
-    return [statistics.median(s) * 1e3 for s in forward_times(model, vocab, list(ROWS), reps)]
+    """ms of one forward of each row count in ROWS after a CONTEXT-token cache: the same
+    measurement as the profile's forward-cost fit (``benchmarks.profile.forward_costs``)."""
+    ms = time_forward(model, ROWS, CONTEXT, reps, vocab=vocab)
+    return [ms[n] for n in ROWS]
 
 
 def interleaved_ms(models: dict, vocab: int, rows: int = 1, reps: int = 25) -> dict[str, float]:
-    """Median ms of one ``rows``-row forward per model, the models timed in turn each repetition."""
-    ids = context_ids(vocab, [rows])
-    lms = {name: CachedLM(m, vocab) for name, m in models.items()}
-    for lm in lms.values():
-        lm.prefill(ids[:CONTEXT])
-    times = {name: [] for name in models}
-    for rep in range(reps + 3):
-        for name, lm in lms.items():
-            lm.rollback(ids[:CONTEXT + 1])
-            t0 = time.perf_counter()
-            lm.forward(ids[CONTEXT:CONTEXT + rows], keep=rows)
-            if rep >= 3:  # the first three warm up
-                times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+    """ms of one ``rows``-row forward per model, the models timed in turn each repetition."""
+    return {name: ms[rows] for name, ms in time_forwards(models, [rows], CONTEXT, reps, vocab=vocab).items()}
 
 
 def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig) -> dict:
@@ -90,7 +82,7 @@ def compile_draft(pair: ModelPair, vocab: int) -> dict:
     t0 = time.perf_counter()
     try:
         lm = CachedLM(draft, vocab)
-        ids = context_ids(vocab, [1])
+        ids = filler_ids(vocab, CONTEXT + 1)
         lm.prefill(ids[:CONTEXT])
         lm.forward(ids[CONTEXT:CONTEXT + 1], keep=1)
         compile_s = time.perf_counter() - t0
@@ -102,6 +94,49 @@ def compile_draft(pair: ModelPair, vocab: int) -> dict:
         for layer, f in zip(draft.layers, originals):
             layer.forward = f
         torch._dynamo.reset()
+
+
+COMMAND = "python -m benchmarks.levers"
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one levers result: forward costs by representation and
+    implementation, the draft's variants, end to end, and torch.compile."""
+    hw = d["hardware"]
+    out = [f"#### Levers on {hw['cpu']} ({', '.join(hw['cpu_flags'])}), commit `{d['commit']}`", ""]
+    if d["forward_ms"]:
+        out += [f"{estimator(d).capitalize()} ms of one forward with a {d['context']}-token context, by rows fed "
+                "(1 = decoding, K+1 = verifying):", "",
+                "| model, representation | " + " | ".join(f"{m} rows" for m in d["rows"]) + " |",
+                "|---|" + "---:|" * len(d["rows"])]
+        for name, ms in d["forward_ms"].items():
+            out.append(f"| {name} | " + " | ".join(f"{x:.1f}" for x in ms) + " |")
+        out.append("")
+    if d.get("draft_forward_ms"):
+        out += [f"{estimator(d).capitalize()} ms of one draft forward, the variants timed in turn (interleaved):", "",
+                "| draft variant | 1 row | 7 rows |", "|---|---:|---:|"]
+        for name, ms in d["draft_forward_ms"].items():
+            out.append(f"| {name} | {ms['1']:.1f} | {ms['7']:.1f} |")
+        out.append("")
+    if d.get("end_to_end"):
+        st = d["end_to_end_settings"]
+        out += [f"End to end, {len(st['prompts'])} held-out code prompts x {st['max_new_tokens']} new tokens, "
+                f"K = {st['k']}, confidence {st['confidence']}, T = 0 (c: draft time per drafted token over "
+                "verify time per round, median over prompts):", "",
+                "| configuration | tok/s | acceptance | tokens/round | c | same tokens as verifier-only |",
+                "|---|---:|---:|---:|---:|:---:|"]
+        for name, e in d["end_to_end"].items():
+            out.append(f"| {name} | {e['tok_s']:.2f} | {fmt(e['acceptance'], '%')} | "
+                       f"{fmt(e['tokens_per_round'], 'f')} | {fmt(e['c_median'], 'f')} | "
+                       f"{'yes' if e['identical_to_verifier_only'] else 'no'} |")
+        out.append("")
+    c = d.get("compile")
+    if c:
+        out.append("`torch.compile` of the draft's layers (inductor, dynamic shapes): " + (
+            f"failed: {c['error']}" if "error" in c else
+            f"first call {c['compile_s']:.0f} s, then {c['compiled_ms']:.1f} ms a forward against "
+            f"{c['eager_ms']:.1f} ms eager."))
+    return "\n".join(out).rstrip()
 
 
 def main(argv=None) -> int:
@@ -177,6 +212,7 @@ def main(argv=None) -> int:
         del model
     out = args.out or ROOT / "benchmarks" / "results" / f"levers-{env['cpu_slug']}.json"
     write_json(out, {"benchmark": "levers", **env, "quick": args.quick, "rows": list(ROWS), "context": CONTEXT,
+                     "estimator": ESTIMATOR,
                      "forward_ms": verifier, "draft_forward_ms": results, "end_to_end": e2e,
                      "end_to_end_settings": {"prompts": PROMPTS, "max_new_tokens": n, "k": cfg.k,
                                              "confidence": cfg.confidence, "temperature": 0.0},

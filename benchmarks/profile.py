@@ -1,7 +1,9 @@
 """Where the time of a run goes: per-phase totals of speculative and verifier-only runs, the share
 of wall time outside model forwards, and the cost of one forward split into a fixed part and a
 part per token, t(L) = t_f + t_r*L (docs/notation.md), fitted over L new tokens on top of a fixed context. A small t_r/t_f
-is why verifying K+1 tokens in one forward costs little more than decoding one.
+is why verifying K+1 tokens in one forward costs little more than decoding one. Each L's time is the
+fastest of its reps (:func:`specdec.model.timing.time_forward`, which says why), as the JSON's
+``settings.estimator`` names it; results written before it was named took the median.
 
 Against the physical limit: the machine's memory-read bandwidth (a 1.6 GB float32 sum on torch's
 threads, measured before, between and after the fits: these shared machines drift), and each
@@ -17,7 +19,6 @@ turn (all variants loaded at once), so a change in machine load hits them alike.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,44 +29,15 @@ import torch
 from benchmarks import tiny_pair
 from benchmarks.common import environment, timed_variants, write_json
 from benchmarks.sweep import pooled, run
+from benchmarks.tables import estimator, fit_rows, machine_line, measured_ms
 from benchmarks.throughput import CODE
 from specdec import DecodeConfig
 from specdec.decode.settings import add_model_arguments
 from specdec.model.kernels import PackedLinear
-from specdec.model.lm import CachedLM
-from specdec.model.timing import fit_line
+from specdec.model.timing import ESTIMATOR, fit_line, time_forward, time_forwards
 
 CONTEXT = 200  # tokens already in the cache when the timed forward starts (levers.py uses it too)
 DRAFTERS = {"speculative, draft model": "model", "speculative, prompt lookup": "lookup", "verifier only": "none"}
-
-
-def context_ids(vocab: int, lengths: list[int]) -> list[int]:
-    """CONTEXT tokens, then room for the longest timed forward."""
-    return [(1000 + i) % vocab for i in range(CONTEXT + max(lengths))]
-
-
-def timed(rewind, forward, lengths: list[int], reps: int) -> list[list[float]]:
-    """Seconds of ``forward(L)`` right after ``rewind()``, ``reps`` of them for each L in
-    ``lengths``. The reps sweep every L in turn, so a change in machine load hits all lengths
-    alike; the first sweep only warms up."""
-    times: dict[int, list[float]] = {n: [] for n in lengths}
-    for _ in range(reps + 1):
-        for n in lengths:
-            rewind()
-            t0 = time.perf_counter()
-            forward(n)
-            times[n].append(time.perf_counter() - t0)
-    return [times[n][1:] for n in lengths]
-
-
-def forward_times(model, vocab: int, lengths: list[int], reps: int) -> list[list[float]]:
-    """One forward of ours of L new tokens after a CONTEXT-token cache, keeping the logits of all L
-    (as a verification does)."""
-    lm = CachedLM(model, vocab)
-    ids = context_ids(vocab, lengths)
-    lm.prefill(ids[:CONTEXT])
-    return timed(lambda: lm.rollback(ids[:CONTEXT + 1]),  # back to CONTEXT entries, through the cache API
-                 lambda n: lm.forward(ids[CONTEXT:CONTEXT + n], keep=n), lengths, reps)
 
 
 def bandwidth_gb_s(gigabytes: float = 1.6, reps: int = 7) -> float:
@@ -90,14 +62,14 @@ def against_bandwidth(cost: dict, model, gb_s: float) -> dict:
     """A fit with the model's weight bytes, their read time at ``gb_s``, and the one-row forward over it."""
     nbytes = weight_bytes(model)
     limit_ms = nbytes / gb_s / 1e6 if nbytes else None  # (transformers' own Linear layers: not counted)
-    one = dict(zip(cost["lengths"], cost["median_ms"])).get(1)
+    one = measured_ms(cost).get(1)
     return {**cost, "weight_bytes": nbytes, "read_ms_at_bandwidth": limit_ms,
             "one_row_vs_read": one / limit_ms if one and limit_ms else None}
 
 
 def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
     """time(L) fits per integer kernel variant here, per model: every variant of a model loaded at
-    once and their forwards interleaved (rep by rep, variant by variant, L by L). A variant the
+    once and their forwards timed in turn (:func:`specdec.model.timing.time_forwards`). A variant the
     calibration dropped as a reference path (10x slower than the fastest, seconds a forward) is
     left out and said so."""
     from specdec.model.precision import cpu_variants
@@ -105,54 +77,41 @@ def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
     variants = timed_variants(k, ("int8", "int4"))
     out = {"left out": sorted(v.label for v in cpu_variants() if v.name in ("int8", "int4") and v not in variants)}
     for role, name in (("verifier", pair.target_name), ("draft", pair.draft_name)):
-        lms, times = {}, {}
-        for v in variants:
-            model, _ = load_model(name, pair.device, v, "target" if role == "verifier" else "draft")
-            lm = CachedLM(model, pair.vocab_size)
-            ids = context_ids(pair.vocab_size, lengths)
-            lm.prefill(ids[:CONTEXT])
-            lms[v.label] = (lm, ids, model)
-            times[v.label] = {n: [] for n in lengths}
-        for rep in range(reps + 1):
-            for label, (lm, ids, _) in lms.items():
-                for n in lengths:
-                    lm.rollback(ids[:CONTEXT + 1])
-                    t0 = time.perf_counter()
-                    lm.forward(ids[CONTEXT:CONTEXT + n], keep=n)
-                    if rep:
-                        times[label][n].append(time.perf_counter() - t0)
-        out[role] = {label: {**fit(lengths, [times[label][n] for n in lengths], k),
-                             "weight_bytes": weight_bytes(lms[label][2])} for label in lms}
+        models = {v.label: load_model(name, pair.device, v, "target" if role == "verifier" else "draft")[0]
+                  for v in variants}
+        ms = time_forwards(models, lengths, CONTEXT, reps, vocab=pair.vocab_size)
+        out[role] = {label: {**fit(lengths, [ms[label][n] for n in lengths], k), "weight_bytes": weight_bytes(model)}
+                     for label, model in models.items()}
         for label, f in out[role].items():
             log(f"{role:9s} {label:14s} t_f = {f['a_ms']:.2f} ms, t_r = {f['b_ms_per_token']:.3f} ms/token, "
                 f"K+1 vs 1 = {f[f'verify_vs_decode_k{k}']:.2f}")
-        del lms
+        del models
     return out
 
 
-def fit(lengths: list[int], samples: list[list[float]], k: int) -> dict:
-    """t(L) = t_f + t_r·L by :func:`specdec.model.timing.fit_line` on the median of each L's samples (seconds),
-    in ms, with R^2 and the raw times; ``a_ms`` is t_f and ``b_ms_per_token`` t_r (the JSON's names). The
-    median, not the mean: on a busy machine a few reps are preempted.
+def fit(lengths: list[int], ms: list[float], k: int) -> dict:
+    """t(L) = t_f + t_r·L by :func:`specdec.model.timing.fit_line` on each L's time (ms), with R^2 and
+    the times; ``a_ms`` is t_f and ``b_ms_per_token`` t_r (the JSON's names).
     ``verify_vs_decode_k<k>`` is the fitted cost of a (k+1)-token verification over a 1-token forward."""
     x = np.asarray(lengths, dtype=float)
-    y = np.asarray([statistics.median(s) for s in samples]) * 1e3
+    y = np.asarray(ms, dtype=float)
     a, b = fit_line(x.tolist(), y.tolist())
     ss_res, ss_tot = float(((y - a - b * x) ** 2).sum()), float(((y - y.mean()) ** 2).sum())
     one = a + b
     return {"a_ms": float(a), "b_ms_per_token": float(b), "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0,
             f"verify_vs_decode_k{k}": float((a + b * (k + 1)) / one) if one > 0 else None,
-            "lengths": list(lengths), "median_ms": y.tolist(),
-            "samples_ms": [[round(t * 1e3, 4) for t in s] for s in samples]}
+            "lengths": list(lengths), "ms": y.tolist()}
 
 
 def forward_costs(pair, lengths: list[int], reps: int, k: int, log, gb_s: float | None = None) -> dict:
-    """The fit for the verifier and, if the pair has one, the draft model; with ``gb_s`` (the
-    memory bandwidth) each also against the time its weights take to read."""
+    """The fit for the verifier and, if the pair has one, the draft model, each forward of L new tokens
+    after a CONTEXT-token cache keeping the logits of all L (as a verification does); with ``gb_s``
+    (the memory bandwidth) each also against the time its weights take to read."""
     models = {"verifier": pair.target} | ({"draft": pair.draft} if pair.draft is not None else {})
     out = {}
     for role, model in models.items():
-        out[role] = fit(lengths, forward_times(model, pair.vocab_size, lengths, reps), k)
+        ms = time_forward(model, lengths, CONTEXT, reps, vocab=pair.vocab_size)
+        out[role] = fit(lengths, [ms[n] for n in lengths], k)
         if gb_s:
             out[role] = against_bandwidth(out[role], model, gb_s)
         log(f"{role:9s} forward: t_f = {out[role]['a_ms']:.2f} ms, t_r = {out[role]['b_ms_per_token']:.3f} ms/row, "
@@ -191,6 +150,60 @@ def setup(argv, description: str, full_tokens: int, tiny_help: str, k_help: str 
     return args, sizes, log, pair, prompts, environment(pair), cfg
 
 
+COMMAND = "python -m benchmarks.profile"
+
+
+def _bandwidth_rows(d: dict) -> list[str]:
+    """Each model's one-row forward against the time its weights take to read at the best memory
+    bandwidth measured in the same run (the physical limit of a memory-bound forward)."""
+    bw, costs = d.get("bandwidth_gb_s"), d["forward_cost"]
+    if not bw or not any(f.get("read_ms_at_bandwidth") for f in costs.values()):
+        return []
+    out = ["", f"Memory-read bandwidth (a 1.6 GB float32 sum on {d['hardware']['torch_threads']} threads, before, "
+               f"between and after the fits): {', '.join(f'{b:.1f}' for b in bw)} GB/s; the best is the limit.", "",
+           "| model | weight bytes read per token | read time at the best bandwidth | one-row forward | ratio |",
+           "|---|---:|---:|---:|---:|"]
+    for role, f in costs.items():
+        one = measured_ms(f)[1]
+        out.append(f"| {role} | {f['weight_bytes'] / 1e9:.2f} GB | {f['read_ms_at_bandwidth']:.1f} ms | {one:.1f} ms "
+                   f"| **{f['one_row_vs_read']:.2f}x** |")
+    return out
+
+
+def _kernel_rows(d: dict, k: int) -> list[str]:
+    """t(L) = t_f + t_r·L per integer kernel variant, per model, their forwards interleaved."""
+    if not d.get("kernels"):
+        return []
+    left = d["kernels"].get("left out")
+    out = ["", "Per kernel variant (every variant of a model loaded at once, their forwards timed in turn"
+               + (f"; left out as reference paths 10x slower at calibration: {', '.join(left)}" if left else "") + "):", ""]
+    for role, variants in d["kernels"].items():
+        if role == "left out":
+            continue
+        out += fit_rows({f"{role}, {label}": f for label, f in variants.items()}, k)
+        out.append("")
+    return out[:-1]
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one profile result: the runs' phases, the forward fits, the
+    bandwidth and the kernel variants."""
+    s = d["settings"]
+    out = [f"#### Where the time goes: {d['models']['target']} verified, {d['models']['draft']} drafting", "",
+           f"{machine_line(d)}. K = {s['k']}, confidence {s['confidence']}, {len(s['prompts'])} code prompts x "
+           f"{s['max_new_tokens']} new tokens, T = 0. Phase shares are of wall time, every phase timed with a "
+           "device sync.", "", "| run | tok/s | in model forwards | outside forwards | phases (share of wall time) |",
+           "|---|---:|---:|---:|---|"]
+    for name, r in d["runs"].items():
+        phases = ", ".join(f"{ph} {share:.0%}" for ph, share in r["phase_share"].items())
+        out.append(f"| {name} | {r['tok_s']:.2f} | {r['forward_share']:.0%} | {r['overhead_share']:.0%} | {phases} |")
+    out += ["", f"One forward of L new tokens on a {s['context']}-token cache, fitted as t(L) = t_f + t_r·L over "
+                f"L = {s['lengths'][0]}..{s['lengths'][-1]} ({estimator(s)} of {s['reps']} reps):", ""]
+    out += fit_rows(d["forward_cost"], s["k"])
+    out += _bandwidth_rows(d) + _kernel_rows(d, s["k"])
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     args, (n, lengths, reps), log, pair, prompts, env, cfg = setup(
         argv, __doc__.splitlines()[0], 64, "tiny random models built in-process (seconds)")
@@ -219,7 +232,7 @@ def main(argv=None) -> int:
                      "models": {"target": pair.target_name, "draft": pair.draft_name},
                      "settings": {"k": args.k, "confidence": args.confidence, "max_new_tokens": n,
                                   "prompts": [label for label, _ in prompts], "context": CONTEXT,
-                                  "lengths": lengths, "reps": reps},
+                                  "lengths": lengths, "reps": reps, "estimator": ESTIMATOR},
                      "bandwidth_gb_s": bandwidth, "runs": runs, "forward_cost": costs, "kernels": kernels})
     log(f"wrote {out}")
     return 0

@@ -1,7 +1,8 @@
 """Our engine against llama.cpp (llama-cpp-python) on the same GGUF verifier with the same thread
 count: greedy tok/s of verifier-only decoding and of speculative decoding (ours: the draft model
 and prompt lookup; llama.cpp: its prompt-lookup mode), and each engine's cost of one forward
-fitted as t(L) = t_f + t_r*L (docs/notation.md). Without llama-cpp-python, or with --tiny, llama.cpp is recorded as
+fitted as t(L) = t_f + t_r*L (docs/notation.md), each L's time the fastest of its reps for both engines
+(:func:`specdec.model.timing.fastest_ms`). Without llama-cpp-python, or with --tiny, llama.cpp is recorded as
 null with the reason and our numbers are still written.
 
     python -m benchmarks.runtime_compare           # 4 prompts x 128 tokens; L = 1..16, 11 reps
@@ -19,17 +20,11 @@ import torch
 
 from benchmarks import tiny_pair
 from benchmarks.common import write_json
-from benchmarks.profile import (
-    CONTEXT,
-    DRAFTERS,
-    context_ids,
-    fit,
-    forward_costs,
-    setup,
-    timed,
-)
+from benchmarks.profile import CONTEXT, DRAFTERS, fit, forward_costs, setup
 from benchmarks.sweep import pooled, run
+from benchmarks.tables import fit_rows, fmt, machine_line
 from benchmarks.throughput import llama_cpp_runner
+from specdec.model.timing import ESTIMATOR, Timed, fastest_ms, filler_ids
 from specdec.weights.catalogue import DEFAULT_TARGET, EMBEDDED
 from specdec.weights.gguf import gguf_file
 
@@ -54,11 +49,11 @@ def llama_forward_cost(llm, vocab: int, lengths: list[int], reps: int, k: int) -
     the logits of all L (``logits_all``), as a verification needs and as our forwards in the fit
     do. Rewinding is setting ``n_tokens`` back: ``eval`` first drops every KV entry from there on.
     Checked once: the last logits after a rewind against a fresh evaluation of the same tokens."""
-    ids = context_ids(vocab, lengths)
+    ids = filler_ids(vocab, CONTEXT + max(lengths))
     llm.reset()
     llm.eval(ids[:CONTEXT])
-    samples = timed(lambda: setattr(llm, "n_tokens", CONTEXT), lambda n: llm.eval(ids[CONTEXT:CONTEXT + n]),
-                    lengths, reps)
+    ms = fastest_ms({"llama.cpp": Timed(lambda: setattr(llm, "n_tokens", CONTEXT),
+                                        lambda n: llm.eval(ids[CONTEXT:CONTEXT + n]))}, lengths, reps)["llama.cpp"]
     end = CONTEXT + max(lengths)
     llm.n_tokens = CONTEXT
     llm.eval(ids[CONTEXT:end])
@@ -66,7 +61,7 @@ def llama_forward_cost(llm, vocab: int, lengths: list[int], reps: int, k: int) -
     llm.reset()
     llm.eval(ids[:end])
     fresh = llm.scores[end - 1].copy()
-    return {**fit(lengths, samples, k), "rewind_check": {
+    return {**fit(lengths, [ms[n] for n in lengths], k), "rewind_check": {
         "same_argmax": bool(rewound.argmax() == fresh.argmax()),
         "max_abs_logit_diff": float(np.abs(rewound - fresh).max())}}
 
@@ -106,6 +101,30 @@ def totals(rows: list[dict]) -> dict:
     return {"tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}
 
 
+COMMAND = "python -m benchmarks.runtime_compare"
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one result: each method's tok/s against llama.cpp's, and both
+    engines' forward fits."""
+    s, llama = d["settings"], d.get("llama_cpp")
+    out = ["#### Runtime vs algorithm: our engine against llama.cpp on the same GGUF", "",
+           f"{machine_line(d)}. Greedy, {len(s['prompts'])} code prompts x {s['max_new_tokens']} new tokens, K = "
+           f"{s['k']} (llama.cpp's prompt lookup: {s['k']} tokens per round)."
+           + (f" llama.cpp {llama['threads']} threads." if llama else f" llama.cpp not measured: {d['why']}."), "",
+           "| engine, method | tok/s | vs llama.cpp greedy | same tokens as our greedy |", "|---|---:|---:|:---:|"]
+    ratio = d.get("vs_llama_cpp_greedy") or {}
+    for name, tok_s in d["tok_s"].items():
+        same = (llama or {}).get(name, {}).get("same_tokens_as_ours_greedy")
+        out.append(f"| {name} | {tok_s:.2f} | {fmt(ratio.get(name), 'x')} "
+                   f"| {'–' if same is None else f'{sum(same)}/{len(same)} prompts'} |")
+    costs = {f"ours, {role}": f for role, f in d["forward_cost"]["ours"].items()}
+    costs |= {f"llama.cpp, {role}": f for role, f in (d["forward_cost"].get("llama.cpp") or {}).items()}
+    out += ["", f"Cost of one forward of L tokens after {s['context']} tokens, t(L) = t_f + t_r·L:", ""]
+    out += fit_rows(costs, s["k"])
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     args, (n, lengths, reps), log, pair, prompts, env, cfg = setup(
         argv, __doc__.splitlines()[0], 128, "tiny random models built in-process; no llama.cpp",
@@ -139,7 +158,7 @@ def main(argv=None) -> int:
                      "models": {"target": pair.target_name, "draft": pair.draft_name},
                      "settings": {"k": args.k, "confidence": args.confidence, "max_new_tokens": n,
                                   "temperature": 0.0, "prompts": [label for label, _ in prompts],
-                                  "context": CONTEXT, "lengths": lengths, "reps": reps},
+                                  "context": CONTEXT, "lengths": lengths, "reps": reps, "estimator": ESTIMATOR},
                      "tok_s": tok_s,
                      "vs_llama_cpp_greedy": {m: v / base for m, v in tok_s.items()} if base else None,
                      "ours": ours, "forward_cost": costs,

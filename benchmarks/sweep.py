@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 from benchmarks import tiny_pair
 from benchmarks.chromium import find_chromium
 from benchmarks.common import environment, write_json
+from benchmarks.tables import fmt, machine_line
 from benchmarks.throughput import CODE, geomean
 from specdec import DecodeConfig, Generation, SamplingConfig, make_drafter
 from specdec.decode.settings import add_model_arguments
@@ -83,6 +84,34 @@ def write_png(fig: go.Figure, path: Path) -> str | None:
     except Exception as e:  # kaleido fails in many ways (no Chrome, a timeout): record it, keep the JSON
         return f"kaleido could not render: {type(e).__name__}: {e}"
     return None
+
+
+COMMAND = "python -m benchmarks.sweep"
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one sweep result: acceptance, β, tokens per round and speed-up
+    over K x T, and the heatmaps."""
+    s, at = d["settings"], {(c["k"], c["temperature"]): c for c in d["cells"]}
+    out = [f"#### Acceptance and speedup over K x T: {d['models']['target']} verified, {d['models']['draft']} "
+           f"drafting", "", f"{machine_line(d)}. Constant K (confidence {s['confidence']}), {len(s['prompts'])} code "
+           f"prompts x {s['max_new_tokens']} new tokens, seed {s['seed']}. Verifier-only: "
+           + ", ".join(f"{tok_s:.2f} tok/s at T = {t}" for t, tok_s in d["baseline_tok_s"].items()) + "."]
+    tables = [("acceptance", "accepted / drafted, over all rounds", "%"),
+              ("mean_beta", "β, the mean Σ min(p, q) over tested positions: the expected acceptance, free of the "
+                            "coin flips' noise", "f"),
+              ("tokens_per_round", "tokens per round (accepted + 1, the resampled or bonus token)", "f"),
+              ("speedup", "speedup: geometric mean over prompts of tok/s against verifier-only at the same T", "x")]
+    for key, title, kind in tables:
+        out += ["", f"*{title}*", "", "| T | " + " | ".join(f"K = {k}" for k in s["ks"]) + " |",
+                "|---|" + "---:|" * len(s["ks"])]
+        out += [f"| {t:g} | " + " | ".join(fmt(at[k, t][key], kind) for k in s["ks"]) + " |"
+                for t in s["temperatures"]]
+    fig = d["figures"]
+    out += ["", f"Heatmaps: [{fig['html']}](../benchmarks/results/{fig['html']}) (interactive)"
+                + (f", and below.\n\n![acceptance and speedup heatmaps](../benchmarks/results/{fig['png']})"
+                   if fig.get("png") else f"; no PNG ({fig.get('png_why_not')}).")]
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:

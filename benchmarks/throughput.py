@@ -24,6 +24,7 @@ import torch
 
 from benchmarks.common import ROOT, environment, timed_variants, write_json
 from benchmarks.fidelity import fidelity
+from benchmarks.tables import anchor, fmt, measured_ms
 from specdec import DecodeConfig, SamplingConfig, load_pair
 from specdec.decode.settings import add_model_arguments, models_from_args
 from specdec.decode.start import start
@@ -46,6 +47,9 @@ PROSE = [
     "Describe the water cycle for a ten-year-old in one paragraph.",
 ]
 SAMPLED = SamplingConfig(temperature=0.7, top_p=0.95)
+# the names of the methods and the group the headline reads (the JSON's keys)
+VERIFIER_ONLY, SPECULATIVE = "verifier only (ours)", "speculative, draft model (ours)"
+SAMPLED_GROUP = "code, T=0.7 top-p 0.95"
 
 
 SPEC_N_MAX = (3, 6, 8)  # llama.cpp's draft lengths tried; its best counts
@@ -192,6 +196,154 @@ def aggregate(rows: list[dict], method: str, base: str, prompts: list[str]) -> d
     return out
 
 
+COMMAND = "make bench"
+
+
+def _table(group: dict) -> list[str]:
+    lines = ["| method | tok/s | speedup vs verifier-only (geomean) | acceptance | tokens/round | c (median) "
+             "| time outside forwards | same tokens as verifier-only |", "|---|---:|---:|---:|---:|---:|---:|:---:|"]
+    for name, e in group.items():
+        same = ("yes" if e.get("identical_to_base") else "no (sampling)" if "T=0.7" in name else
+                "–" if e.get("identical_to_base") is None else "no")
+        acceptance = e.get("acceptance", e.get("acceptance_reported"))
+        lines.append(f"| {name} | {e['tok_s']:.2f} | {fmt(e['speedup_geomean'], 'x')} "
+                     f"| {fmt(acceptance, '%')} | {fmt(e.get('tokens_per_round'), 'f')} "
+                     f"| {fmt(e.get('c_median'), 'f')} | {fmt(e.get('overhead_share'), '%')} | {same} |")
+    return lines
+
+
+def heading(d: dict) -> str:
+    """The heading of one result's block in docs/results.md (the README's headline links to it)."""
+    hw = d["hardware"]
+    return (f"{hw['cpu']} ({', '.join(hw['cpu_flags']) or 'no AVX2'}; torch ISA {hw['torch_isa']}), "
+            f"{hw['cores']} cores, {hw['torch_threads']} threads")
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one throughput result: its headline figures, every method per
+    prompt group, and the precisions' fidelity."""
+    v, s = d["versions"], d["settings"]
+    out = [f"#### {heading(d)}",
+           "",
+           f"Precision **{d['precision']}** — {d['precision_reason']}."
+           + (f" Draft precision **{d['draft_precision']}** — {d['draft_precision_reason']}."
+              if d.get("draft_precision") else "") + f" torch {v['torch']}, transformers "
+           f"{v['transformers']}, commit `{d['commit']}`, {d['date']}{' (quick run)' if d.get('quick') else ''}. "
+           f"K = {s['k']}, confidence {s['confidence']}, {s['max_new_tokens']} new tokens, "
+           f"{len(s['code_prompts'])} code + {len(s['prose_prompts'])} prose prompts; transformers on the first "
+           f"{len(s['transformers_prompts'])} code prompts. llama.cpp: {d['llama_cpp']}"
+           + (f"; its speculation: {d['llama_cpp_speculative']} (decode time only, as it reports it; its acceptance "
+              "is its own figure)" if "llama_cpp_speculative" in d else "") + ". c is the draft phase's time per "
+           "drafted token over the verify phase's time per round, from the engine's trace.",
+           "", "| headline | value |", "|---|---:|"]
+    for name, value in d["headline"].items():
+        kind = "f" if "GiB" in name or name.startswith("c =") else "%" if "time outside" in name else "x"
+        out.append(f"| {name} | {fmt(value, kind)} |")
+    for group, rows in d["summary"].items():
+        out += ["", f"**{group}**", ""] + _table(rows)
+    fid = d.get("fidelity") or {}
+    if fid.get("precisions"):
+        out += ["", f"**Fidelity** against the {fid['reference']}, {fid['tokens']} tokens of `{fid['text']}` "
+                    f"(sha256 `{fid['text_sha256'][:12]}`):", "",
+                "| precision | top-1 agreement | mean KL (nats) |", "|---|---:|---:|"]
+        for name, f in fid["precisions"].items():
+            out.append(f"| verifier, {name} | {f['top1_agreement']:.1%} | {f['mean_kl']:.4f} |")
+        for name, f in (fid.get("draft_precisions") or {}).items():
+            out.append(f"| draft, {name} (against the float32 draft) | {f['top1_agreement']:.1%} | {f['mean_kl']:.4f} |")
+    return "\n".join(out)
+
+
+def _vs(group: dict, spec: str, base: str) -> str:
+    speedup = fmt(group[spec]["speedup_geomean"], "x")
+    return f"{group[spec]['tok_s']:.2f} vs {group[base]['tok_s']:.2f} tok/s, **{speedup}**"
+
+
+def _headline(d: dict, prefix: str, kind: str) -> str:
+    return next((fmt(v, kind) for k, v in d["headline"].items() if k.startswith(prefix)), "not measured")
+
+
+def _run(d: dict) -> str:
+    s = d["settings"]
+    return (f"{len(s['code_prompts'])} code + {len(s['prose_prompts'])} prose prompts x {s['max_new_tokens']} tokens; "
+            f"commit `{d['commit']}`, {d['date'][:10]}{' (quick run)' if d.get('quick') else ''}")
+
+
+def _sampled(d: dict) -> str:
+    group = d["summary"][SAMPLED_GROUP]
+    pick = lambda start: next(m for m in group if m.startswith(start))  # noqa: E731
+    return _vs(group, pick("speculative"), pick("verifier"))
+
+
+def _vs_read(profile: dict | None) -> str:
+    """Each model's one-row forward over its weights' read time at the measured bandwidth."""
+    ratios = [(profile or {}).get("forward_cost", {}).get(role, {}).get("one_row_vs_read") for role in ("verifier", "draft")]
+    if not all(ratios):
+        return "not measured"
+    return f"{ratios[0]:.2f}x / {ratios[1]:.2f}x (at {max(profile['bandwidth_gb_s']):.0f} GB/s)"
+
+
+def _v6(profile: dict | None) -> str:
+    """The verifier's fitted (K+1)-row forward over its 1-row forward, from the same machine's profile."""
+    k = (profile or {}).get("settings", {}).get("k")
+    f = (profile or {}).get("forward_cost", {}).get("verifier", {})
+    v = f.get(f"verify_vs_decode_k{k}")
+    if v is None:
+        return "not measured"
+    measured = measured_ms(f)
+    return f"{v:.2f} (measured {measured[k + 1] / measured[1]:.2f})" if k + 1 in measured else f"{v:.2f}"
+
+
+# (row label, cell of one throughput result and the profile of the same machine, or None)
+HEADLINE_ROWS = [
+    ("precision, verifier / draft", lambda d, p: f"{d['precision']} / {d.get('draft_precision') or d['precision']}"),
+    ("code: speculative vs verifier-only", lambda d, p: _vs(d["summary"]["code"], SPECULATIVE, VERIFIER_ONLY)),
+    ("code: speculative vs the fastest verifier-only", lambda d, p: _headline(d, "speculative vs the fastest", "x")
+     + (f" ({d['fastest_verifier_only'].split(' (')[0]})" if "fastest_verifier_only" in d else "")),
+    ("prose: speculative vs verifier-only", lambda d, p: _vs(d["summary"]["prose"], SPECULATIVE, VERIFIER_ONLY)),
+    ("code, T = 0.7, top-p 0.95", lambda d, p: _sampled(d)),
+    ("acceptance (accepted / drafted), code", lambda d, p: fmt(d["summary"]["code"][SPECULATIVE].get("acceptance"), "%")),
+    ("tokens per round, code", lambda d, p: fmt(d["summary"]["code"][SPECULATIVE].get("tokens_per_round"), "f")),
+    ("greedy output = verifier-only's, code and prose",
+     lambda d, p: "yes" if all(d["summary"][g][SPECULATIVE]["identical_to_base"] for g in ("code", "prose")) else "**no**"),
+    ("peak memory, default run", lambda d, p: f"{_headline(d, 'peak resident', 'f')} GiB"),
+    ("verifier's K+1-row forward / 1-row, fitted (K = 6)", lambda d, p: _v6(p)),
+    ("one-row forward / its weights' read time, verifier / draft", lambda d, p: _vs_read(p)),
+    ("verifier-only vs llama.cpp greedy", lambda d, p: _headline(d, "verifier-only vs llama.cpp", "x")),
+    ("speculative vs llama.cpp greedy", lambda d, p: _headline(d, "speculative vs llama.cpp greedy", "x")),
+    ("speculative vs llama.cpp's own speculation, at its best",
+     lambda d, p: _headline(d, "speculative vs llama.cpp's own", "x")),
+    ("speculative vs transformers' best assisted generation",
+     lambda d, p: _headline(d, "speculative vs best transformers", "x")),
+    ("run", lambda d, p: _run(d)),
+]
+
+
+def _family(d: dict) -> str:
+    hw, flags = d["hardware"], set(d["hardware"]["cpu_flags"])
+    isa = ("AMX" if "amx_int8" in flags else "AVX-512" if "avx512f" in flags else
+           "AVX2" if "avx2" in flags else "no AVX2")
+    return f"{hw['cpu'].replace('(R)', '').removesuffix(' Processor')}, {isa}, {hw['cores']} cores"
+
+
+def render_headline(results: list[dict]) -> str:
+    """The README's one table from every committed result: a column per machine the throughput
+    benchmark ran on, linked to its block in docs/results.md, with figures from the profile of the
+    same machine where there is one, and a GPU column that says so while no GPU has run it."""
+    runs = [d for d in results if d["benchmark"] == "throughput"]
+    if not runs:
+        return "_No throughput results yet: run `make bench`._"
+    profiles: dict[str, dict] = {}
+    for d in results:
+        if d["benchmark"] == "profile":
+            profiles.setdefault(d.get("cpu_slug"), d)
+    gpu_column = all(d["device"] == "cpu" for d in runs)
+    out = ["| | " + " | ".join(f"[{_family(d)}](docs/results.md#{anchor(heading(d))})" for d in runs)
+           + (" | GPU (CUDA, Apple MPS) |" if gpu_column else " |"), "|---|" + "---|" * (len(runs) + gpu_column)]
+    out += [f"| {label} | " + " | ".join(cell(d, profiles.get(d.get("cpu_slug"))) for d in runs)
+            + (" | not measured |" if gpu_column else " |") for label, cell in HEADLINE_ROWS]
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     defaults = DecodeConfig()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -228,10 +380,10 @@ def main(argv=None) -> int:
             if fastest != pair.precision.label else None)
     fastest_base = f"verifier only, {fastest} (the fastest verifier-only here)"
     for prompt in code + prose:
-        record("verifier only (ours)", prompt, ours(pair, prompt, cfg, "none"))
+        record(VERIFIER_ONLY, prompt, ours(pair, prompt, cfg, "none"))
         if solo is not None:
             record(fastest_base, prompt, ours(solo, prompt, cfg, "none"))
-        record("speculative, draft model (ours)", prompt, ours(pair, prompt, cfg, "model"))
+        record(SPECULATIVE, prompt, ours(pair, prompt, cfg, "model"))
         record("speculative, prompt lookup (ours)", prompt, ours(pair, prompt, cfg, "lookup"))
         record("speculative, hybrid: lookup, else model (ours)", prompt, ours(pair, prompt, cfg, "hybrid"))
     for prompt in code:
@@ -272,18 +424,18 @@ def main(argv=None) -> int:
             record(name, prompt, transformers_generate(hf.target, draft, pair, prompt, n))
     del hf
 
-    base = "verifier only (ours)"
-    summary = {"code": {}, "prose": {}, "code, T=0.7 top-p 0.95": {}}
+    base = VERIFIER_ONLY
+    summary = {"code": {}, "prose": {}, SAMPLED_GROUP: {}}
     for method in dict.fromkeys(r["method"] for r in rows):
         if "T=0.7" in method:
-            summary["code, T=0.7 top-p 0.95"][method] = aggregate(rows, method, "verifier only, T=0.7 top-p 0.95 (ours)", code)
+            summary[SAMPLED_GROUP][method] = aggregate(rows, method, "verifier only, T=0.7 top-p 0.95 (ours)", code)
             continue
         summary["code"][method] = aggregate(rows, method, base, code)
         if method.startswith("transformers"):
             continue
         summary["prose"][method] = aggregate(rows, method, base, prose)
     summary = {k: {m: e for m, e in v.items() if e} for k, v in summary.items()}
-    spec = "speculative, draft model (ours)"
+    spec = SPECULATIVE
     fastest_measured = max([base] + ([fastest_base] if solo is not None else []),
                            key=lambda m: summary["code"][m]["tok_s"])
     best_assisted = max((m for m in summary["code"] if m.startswith("transformers assisted")),
@@ -295,7 +447,7 @@ def main(argv=None) -> int:
             aggregate(rows, spec, fastest_measured, code)["speedup_geomean"]),
         "speculative vs verifier-only, prose (geomean)": summary["prose"][spec]["speedup_geomean"],
         "speculative vs verifier-only, code, T=0.7 (geomean)":
-            summary["code, T=0.7 top-p 0.95"]["speculative, T=0.7 top-p 0.95 (ours)"]["speedup_geomean"],
+            summary[SAMPLED_GROUP]["speculative, T=0.7 top-p 0.95 (ours)"]["speedup_geomean"],
         f"speculative vs best transformers assisted ({best_assisted})":
             ours_on_hf_prompts / summary["code"][best_assisted]["tok_s"],
         "peak resident memory, default run (GiB)": memory,

@@ -16,10 +16,12 @@ import sys
 
 from benchmarks import tiny_pair
 from benchmarks.common import environment, write_json
+from benchmarks.tables import fmt, machine_line
 from benchmarks.throughput import CODE, PROSE, geomean
 from specdec import DecodeConfig, Generation, SamplingConfig, make_drafter
 from specdec.decode.settings import add_model_arguments
-from specdec.decode.tree_shape import SHAPES_FILE, measure_costs, predict
+from specdec.decode.tree_shape import CONTEXT, SHAPES_FILE, measure_costs, predict
+from specdec.model.timing import ESTIMATOR
 
 K = 6
 WIDTHS, BUDGETS = (2, 3), (8, 12, 20)
@@ -62,6 +64,43 @@ def cell(gens: list[Generation], chain: list[Generation] | None, base: list[Gene
             "draft_ms_per_round": 1e3 * sum(r.times.draft for r in rounds) / len(rounds)}
 
 
+COMMAND = "python -m benchmarks.trees"
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block for one result: each tree shape against the chain, this machine's
+    costs, and the shape they predict best."""
+    s, c = d["settings"], d["costs"]
+    context = s.get("context", 256)  # results written before the context was recorded timed at 256
+    (va, vb), (da, db) = c["verify"], c["draft"]
+    out = [f"#### Token trees against the chain: {d['models']['target']} verified, {d['models']['draft']} drafting", "",
+           f"{machine_line(d)}. Depth K = {s['k']} for chain and tree, confidence {s['confidence']}, "
+           f"{s['max_new_tokens']} new tokens per prompt, " + ", ".join(f"{len(v)} {k}" for k, v in s["prompts"].items())
+           + " prompts; T = 0 and T = " + f"{s['temperatures']['sampled']:g}. W = children per expanded node (1: the "
+           "chain), N = node budget. Tokens/round is the mean of emitted tokens over rounds; speed-ups are geometric "
+           "means over prompts of tok/s ratios; nodes is the mean number of drafted nodes the verifier checked per round.",
+           "", f"This machine's costs, fitted on a {context}-token context: verifier {va:.1f} + {vb:.2f} ms per tree row, "
+           f"draft {da:.1f} + {db:.2f} ms per row of a batched forward.", "",
+           "| T | prompts | W | N | tokens/round | vs chain | nodes | tok/s | speed-up vs chain | vs verifier-only "
+           "| identical at T = 0 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+    chain = {(x["temperature"], x["kind"]): x for x in d["cells"] if x["width"] == 1}
+    for x in d["cells"]:
+        base = chain[x["temperature"], x["kind"]]
+        t = "0" if x["temperature"] == "0" else f"{s['temperatures']['sampled']:g}"
+        out.append(f"| {t} | {x['kind']} | {x['width']} | {x['budget']} | {x['tokens_per_round']:.2f} "
+                   f"| {x['tokens_per_round'] / base['tokens_per_round']:.2f}x | {x['nodes']:.1f} | {x['tok_s']:.2f} "
+                   f"| {fmt(x['speedup_vs_chain'], 'x')} | {fmt(x['speedup_vs_verifier'], 'x')} "
+                   f"| {('yes' if x['identical_to_verifier'] else 'NO') if x['temperature'] == '0' else '–'} |")
+    out += ["", "Predicted from these counts and this machine's costs (what `--drafter tree` picks by default):", "",
+            "| T | best predicted shape | predicted tok/s | chain predicted |", "|---|---|---:|---:|"]
+    for t, shapes in d["shapes"].items():
+        best = max(shapes, key=lambda x: x["predicted_tok_s"])
+        ch = next(x for x in shapes if x["width"] == 1)
+        out.append(f"| {'0' if t == '0' else s['temperatures']['sampled']} | W={best['width']} N={best['budget']} "
+                   f"| {best['predicted_tok_s']:.2f} | {ch['predicted_tok_s']:.2f} |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one tree shape, 3 prompts x 16 tokens")
@@ -77,8 +116,8 @@ def main(argv=None) -> int:
     widths, budgets = ((2,), (8,)) if args.quick else (WIDTHS, BUDGETS)
     kinds = {"code": CODE[:2] if args.quick else CODE[:4], "prose": PROSE[:1] if args.quick else PROSE[:2]}
     if args.tiny:
-        pair = tiny_pair.lean_pair()
-        prompts = {kind: [(f"tiny {kind} {i}", tiny_pair._prompt(i + 10 * j)) for i in range(len(texts))]
+        pair = tiny_pair.benchmark_pair(lean_forward=True)
+        prompts = {kind: [(f"tiny {kind} {i}", tiny_pair.repeating_prompt(i + 10 * j)) for i in range(len(texts))]
                    for j, (kind, texts) in enumerate(kinds.items())}
     else:
         pair, _ = tiny_pair.load(args, [])
@@ -121,6 +160,7 @@ def main(argv=None) -> int:
                "models": {"target": pair.target_name, "draft": pair.draft_name},
                "settings": {"k": K, "widths": list(widths), "budgets": list(budgets), "max_new_tokens": n,
                             "temperatures": {t: s.temperature for t, s in TEMPERATURES.items()}, "confidence": args.confidence,
+                            "context": CONTEXT, "estimator": ESTIMATOR,
                             "prompts": {kind: [label for label, _ in ps] for kind, ps in prompts.items()}},
                "costs": costs, "cells": cells, "shapes": shapes}
     out = args.out or tiny_pair.default_out("trees", env, args.tiny)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import tiny  # noqa: E402
-
+# this checkout's packages first, ahead of whichever checkout the environment has installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import tiny_pair as tiny  # noqa: E402
 from specdec.decode.engine import Generation  # noqa: E402
 from specdec.decode.start import make_drafter  # noqa: E402
 from specdec.options import DecodeConfig, SamplingConfig  # noqa: E402

@@ -11,8 +11,22 @@ import re
 import pytest
 import torch
 
-from benchmarks import gpu_costs, profile, report, runtime_compare, sweep, trees
+from benchmarks import (
+    app_overhead,
+    first_run,
+    gpu_costs,
+    levers,
+    profile,
+    report,
+    runtime_compare,
+    sweep,
+    throughput,
+    trees,
+)
 from benchmarks.chromium import find_chromium
+from benchmarks.common import ROOT
+from benchmarks.tables import anchor
+from specdec.model.timing import ESTIMATOR
 
 # a tiny model's forward takes about a millisecond: a second thread costs more than it saves
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -71,7 +85,9 @@ def test_trees_sweep_compares_each_shape_with_the_chain_and_predicts_a_default(t
     assert set(data["shapes"]) == {"0", "sampled"}
     assert all("predicted_tok_s" in x for xs in data["shapes"].values() for x in xs)
     assert all(math.isfinite(x) for x in data["costs"]["verify"] + data["costs"]["draft"])  # tiny: noise, any sign
-    text = report.trees_block(data)
+    assert (data["settings"]["context"], data["settings"]["estimator"]) == (trees.CONTEXT, ESTIMATOR)
+    text = trees.render(data)
+    assert f"fitted on a {trees.CONTEXT}-token context" in text
     assert "speed-up vs chain" in text and "best predicted shape" in text
 
 
@@ -82,23 +98,23 @@ def test_profile_accounts_for_wall_time_and_fits_the_forward_cost(tmp_path):
         assert sum(r["phase_s"].values()) == pytest.approx(r["wall_s"])
         assert 0 <= r["overhead_share"] <= 1
         assert r["forward_share"] + r["overhead_share"] == pytest.approx(1)
-    lengths, reps = data["settings"]["lengths"], data["settings"]["reps"]
-    assert lengths == list(range(1, 9))
+    lengths = data["settings"]["lengths"]
+    assert lengths == list(range(1, 9)) and data["settings"]["estimator"] == ESTIMATOR
     for role in ("verifier", "draft"):
         f = data["forward_cost"][role]
         # A tiny model's forward is mostly fixed overhead and machine noise: a and b need not be
         # positive here, only finite, with R^2 reported.
         assert math.isfinite(f["a_ms"]) and math.isfinite(f["b_ms_per_token"])
         assert math.isfinite(f["r2"]) and f["r2"] <= 1
-        assert len(f["median_ms"]) == len(lengths) and all(len(s) == reps for s in f["samples_ms"])
+        assert len(f["ms"]) == len(lengths)
 
 
 def test_fit_recovers_a_line_and_tolerates_flat_timings():
     lengths = list(range(1, 9))
-    f = profile.fit(lengths, [[(2.0 + 0.5 * n) / 1e3] * 3 for n in lengths], k=6)
+    f = profile.fit(lengths, [2.0 + 0.5 * n for n in lengths], k=6)
     assert (f["a_ms"], f["b_ms_per_token"], f["r2"]) == pytest.approx((2.0, 0.5, 1.0))
     assert f["verify_vs_decode_k6"] == pytest.approx((2.0 + 0.5 * 7) / 2.5)
-    flat = profile.fit(lengths, [[1e-3, 5e-3, 1e-3]] * len(lengths), k=6)  # the median drops the outlier
+    flat = profile.fit(lengths, [1.0] * len(lengths), k=6)
     assert (flat["a_ms"], flat["b_ms_per_token"], flat["r2"]) == pytest.approx((1.0, 0.0, 1.0), abs=1e-9)
 
 
@@ -109,6 +125,7 @@ def test_runtime_compare_records_why_llama_cpp_is_absent_and_still_measures_ours
     assert set(data["tok_s"]) == {f"ours: {name}" for name in profile.DRAFTERS}
     assert all(v > 0 for v in data["tok_s"].values())
     assert math.isfinite(data["forward_cost"]["ours"]["verifier"]["a_ms"])
+    assert data["settings"]["estimator"] == ESTIMATOR
 
 
 def test_report_renders_each_benchmark_with_its_machine_and_numbers(tmp_path):
@@ -116,9 +133,9 @@ def test_report_renders_each_benchmark_with_its_machine_and_numbers(tmp_path):
     for module in (sweep, profile, runtime_compare):
         (tmp_path / module.__name__).mkdir()
         data = run_script(module, tmp_path / module.__name__)
-        block, command = report.BLOCKS[data["benchmark"]]
-        assert command.endswith(f"benchmarks.{data['benchmark']}")
-        blocks[data["benchmark"]] = (data, block(data))
+        assert report.renderer(data["benchmark"]) is module
+        assert module.COMMAND.endswith(f"benchmarks.{data['benchmark']}")
+        blocks[data["benchmark"]] = (data, module.render(data))
     for data, text in blocks.values():
         assert data["hardware"]["cpu"] in text and data["commit"] in text and data["precision"] in text
     data, text = blocks["sweep"]
@@ -133,7 +150,7 @@ def test_report_renders_each_benchmark_with_its_machine_and_numbers(tmp_path):
     assert all(f"| {name} | {r['tok_s']:.2f} |" in text for name, r in data["runs"].items())
     f = data["forward_cost"]["verifier"]
     assert f"| verifier | {f['a_ms']:.1f} | {f['b_ms_per_token']:.2f} | {f['r2']:.3f} |" in text
-    assert f"| {f['median_ms'][0]:.0f} ms |" in text
+    assert f"| {f['ms'][0]:.0f} ms |" in text and f"({ESTIMATOR} of {data['settings']['reps']} reps)" in text
     data, text = blocks["runtime_compare"]
     assert "llama.cpp not measured: --tiny" in text
     assert all(f"| {name} | {v:.2f} |" in text for name, v in data["tok_s"].items())
@@ -167,13 +184,15 @@ def test_levers_and_throughput_blocks_render_the_new_columns():
                          "torch_threads": 2}, "commit": "abc1234", "versions": {"torch": "2", "transformers": "5"},
             "date": "2026-12-01", "device": "cpu", "precision": "int8 fbgemm", "precision_reason": "fastest",
             "draft_precision": "int8 onednn", "draft_precision_reason": "its own shapes"}
-    levers = {**base, "rows": [1, 7], "context": 200, "forward_ms": {"verifier, lean forward, int4": [96.7, 281.8]},
+    result = {**base, "rows": [1, 7], "context": 200, "estimator": ESTIMATOR,
+              "forward_ms": {"verifier, lean forward, int4": [96.7, 281.8]},
               "draft_forward_ms": {"draft, lean forward, int4": {"1": 33.0, "7": 110.8}},
               "end_to_end": {"draft int4": {"tok_s": 10.88, "acceptance": 0.8, "tokens_per_round": 4.3,
                                             "c_median": 0.253, "identical_to_verifier_only": True}},
               "end_to_end_settings": {"prompts": ["a", "b"], "max_new_tokens": 128, "k": 6, "confidence": 0.6},
               "compile": {"eager_ms": 33.6, "compiled_ms": 48.4, "compile_s": 92.4}}
-    text = report.levers_block(levers)
+    text = levers.render(result)
+    assert "Minimum ms of one forward with a 200-token context" in text
     assert "| verifier, lean forward, int4 | 96.7 | 281.8 |" in text and "| draft, lean forward, int4 | 33.0 | 110.8 |" in text
     assert "| draft int4 | 10.88 | 80% | 4.30 | 0.25 | yes |" in text and "first call 92 s, then 48.4 ms" in text
     spec = {"tok_s": 16.5, "speedup_geomean": 1.2, "acceptance_reported": 0.76, "identical_to_base": None}
@@ -183,58 +202,87 @@ def test_levers_and_throughput_blocks_render_the_new_columns():
                                "prose_prompts": ["b"], "transformers_prompts": ["a"]},
           "llama_cpp": "measured", "llama_cpp_speculative": "measured", "headline": {"c = draft cost (median)": 0.26},
           "summary": {"code": {"speculative (ours)": ours, "llama.cpp speculative, n_max 6": spec}}}
-    text = report.throughput_block(tp)
+    text = throughput.render(tp)
     assert "Draft precision **int8 onednn** — its own shapes" in text and "its speculation: measured" in text
     assert "| speculative (ours) | 12.50 | 1.90x | 84% | 4.60 | 0.26 | 5% | yes |" in text
     assert "| llama.cpp speculative, n_max 6 | 16.50 | 1.20x | 76% | – | – | – | – |" in text
     assert "| c = draft cost (median) | 0.26 |" in text
 
 
-def _between(path, start: str, end: str) -> str:
-    return path.read_text().split(start, 1)[1].split(end, 1)[0].strip()
+def _generated(name: str, root=ROOT) -> tuple[str, str]:
+    """(page from ``root``, text between its markers) of the one page holding block ``name``'s markers."""
+    start, end = report.markers(name)
+    pages = [p for p in report.pages(root) if start in p.read_text()]
+    assert len(pages) == 1, f"block {name!r} is on {len(pages)} pages"
+    return pages[0].relative_to(root).as_posix(), pages[0].read_text().split(start, 1)[1].split(end, 1)[0].strip()
 
 
-def test_docs_results_are_the_report_of_the_committed_json():
-    """docs/results.md's tables are generated from benchmarks/results/*.json, never edited by hand:
-    a result file added or changed without `python -m benchmarks.report` fails here."""
-    assert _between(report.RESULTS, report.START, report.END) == report.render().strip()
+def test_every_generated_block_is_the_report_of_the_committed_json():
+    """The README's headline and docs/results.md's tables are generated from benchmarks/results/*.json,
+    never edited by hand: a result file added or changed without `python -m benchmarks.report` fails
+    here, wherever the block's markers sit."""
+    for block in report.BLOCKS:
+        page, text = _generated(block.name)
+        assert text == report.relink(block.render(), block.written_for, page).strip()
 
 
-def test_readme_headline_is_the_report_of_the_committed_throughput_json():
-    """The README's one results table is generated too: a column per committed throughput run, its
-    figures those of the JSON, and a GPU column that says it is not measured."""
-    block = _between(report.README, report.HEADLINE_START, report.HEADLINE_END)
-    assert block == report.render_headline().strip()
-    files = sorted((report.ROOT / "benchmarks" / "results").glob("throughput-*.json"))
+def test_the_headline_has_a_column_per_committed_throughput_run():
+    """A column per committed throughput run, linked to its block, its figures those of the JSON, and
+    a GPU column that says it is not measured."""
+    _, block = _generated("headline")
+    files = sorted((ROOT / "benchmarks" / "results").glob("throughput-*.json"))
     runs = [d for d in map(json.loads, (f.read_text() for f in files)) if not d.get("tiny")]
     header = block.splitlines()[0]
-    assert header.count("](docs/results.md#") == len(runs) >= 1 and "GPU (CUDA, Apple MPS)" in header
+    assert header.count("results.md#") == len(runs) >= 1 and "GPU (CUDA, Apple MPS)" in header
     for d in runs:
         assert f"**{d['headline']['speculative vs verifier-only, code (geomean)']:.2f}x**" in block
         assert f"{d['headline']['peak resident memory, default run (GiB)']:.2f} GiB" in block
+
+
+def test_report_writes_each_block_wherever_its_markers_are(tmp_path, capsys):
+    """The loop: every committed result is rendered by the module that wrote it, and each block is
+    written between its markers on the page that holds them, its links made relative to that page;
+    a block whose markers are on no page fails the run and says so."""
+    assert all(report.renderer(d["benchmark"]).COMMAND for _, d in report.results())
+    (tmp_path / "docs").mkdir()
+    readme, results = tmp_path / "README.md", tmp_path / "docs" / "results.md"
+    (bench_start, bench_end), (head_start, head_end) = report.markers("bench"), report.markers("headline")
+    readme.write_text("# Project\n\nNo results here.\n")
+    results.write_text(f"# Results\n\n{head_start}\nstale\n{head_end}\n\n{bench_start}\nstale\n{bench_end}\n")
+    assert report.update(tmp_path)
+    text = results.read_text()
+    assert readme.read_text() == "# Project\n\nNo results here.\n" and "stale" not in text
+    assert f"{bench_start}\n{report.render()}\n{bench_end}" in text
+    headline = report.render_headline()  # written for the README: its links go to docs/results.md
+    assert "](docs/results.md#" in headline
+    assert f"{head_start}\n{headline.replace('](docs/results.md#', '](results.md#')}\n{head_end}" in text
+    assert report.relink("![a](../x/y.png) [b](#c) [d](https://e.org/f)", "docs/results.md", "README.md") == (
+        "![a](x/y.png) [b](#c) [d](https://e.org/f)")
+
+    results.write_text("# Results\n")
+    assert not report.update(tmp_path)
+    assert "no page holds the markers" in capsys.readouterr().err
 
 
 def _heading_ids(text: str) -> set[str]:
     """The ids GitHub gives a page's headings, a repeat suffixed -1, -2, ..."""
     seen: dict[str, int] = {}
     for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), flags=re.M):
-        slug = report.anchor(heading)
+        slug = anchor(heading)
         seen[slug] = seen.get(slug, -1) + 1
     return {slug if n == 0 else f"{slug}-{n}" for slug, count in seen.items() for n in range(count + 1)}
 
 
 def test_every_link_to_a_heading_in_the_readme_and_docs_results_has_its_heading():
-    ids = {page: _heading_ids((report.ROOT / page).read_text()) for page in ("README.md", "docs/results.md")}
+    ids = {page: _heading_ids((ROOT / page).read_text()) for page in ("README.md", "docs/results.md")}
     for page in ids:
-        folder = (report.ROOT / page).parent
-        for target, fragment in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", (report.ROOT / page).read_text()):
-            linked = (folder / target).resolve().relative_to(report.ROOT).as_posix() if target else page
+        folder = (ROOT / page).parent
+        for target, fragment in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", (ROOT / page).read_text()):
+            linked = (folder / target).resolve().relative_to(ROOT).as_posix() if target else page
             assert fragment in ids[linked], f"{page} links to {target}#{fragment}, which has no heading"
 
 
 def test_app_overhead_compares_the_same_rounds_and_renders_its_table():
-    from benchmarks import app_overhead
-
     def trace(ms: list[float]) -> dict:
         rounds = [{"emitted": [i], "times": {"draft": t / 2e3, "verify": t / 2e3, "accept": 0, "rollback": 0,
                                              "other": 0}} for i, t in enumerate(ms)]
@@ -252,7 +300,7 @@ def test_app_overhead_compares_the_same_rounds_and_renders_its_table():
          "prompt": "p", "settings": {"k": 6, "confidence": 0.6, "temperature": 0.0}, "repeats": 1,
          "summary": {"128": {k: r[k] for k in ("cli_tok_s", "app_tok_s", "app_vs_cli", "app_round_growth",
                                                "browser_cpu_share")}}}
-    text = report.BLOCKS["app_overhead"][0](d)
+    text = app_overhead.render(d)
     assert "Test CPU (avx2)" in text and f"| 128 | {r['cli_tok_s']:.2f} | {r['app_tok_s']:.2f} | 0.63x | 2.00 | 25% |" in text
 
 
@@ -270,8 +318,9 @@ def test_gpu_costs_times_the_gpu_path_fits_it_and_predicts_from_the_cpu_acceptan
     a = data["cpu_acceptance"]["code"]
     assert code["speedup"] == pytest.approx(gpu_costs.tokens_per_round(a, code["k"]) * tv[1]
                                             / (code["k"] * data["costs"]["draft eager"]["ms"]["1"] + tv[code["k"] + 1]))
-    text = report.gpu_costs_block(data)
+    text = gpu_costs.render(data)
     assert f"| verifier | eager | {tv[1]:.2f} |" in text and "predicted speed-up, code" in text
+    assert data["estimator"] == ESTIMATOR and f"Minimum of {data['reps']} forwards" in text
 
 
 def test_first_run_measures_a_fresh_process_and_lists_the_cache(tmp_path):
@@ -283,12 +332,12 @@ def test_first_run_measures_a_fresh_process_and_lists_the_cache(tmp_path):
     # In a process of its own, as it is run: a child's ru_maxrss starts from its parent's resident
     # size at the fork, and this test process may hold the real pair. The benchmark never loads one.
     subprocess.run([sys.executable, "-m", "benchmarks.first_run", "--tiny", "--out", str(out)], check=True,
-                   cwd=report.ROOT, capture_output=True)
+                   cwd=ROOT, capture_output=True)
     data = json.loads(out.read_text())
     assert data["tiny"] and data["hardware"]["cpu"] and data["versions"]["torch"] == torch.__version__
     s = data["summary"]
     assert 0 < s["first_run_peak_gib"] < 1  # a bare Python process, not this test process
     assert 0 < s["models_ready_s"] <= data["first_run"]["wall_s"]  # not a clock assert: an event inside the run, before its end
     assert s["cache_gb"] >= 0 and set(data["targets"]) >= {"first_run_peak_gib", "cache_gb", "models_ready_s"}
-    text = report.first_run_block(data)
+    text = first_run.render(data)
     assert "GiB" in text and ("met" in text or "missed" in text) and "target <= 4" in text

@@ -12,7 +12,8 @@ per machine, of the speed a run reports (its decoding tok/s: tokens / the rounds
   counts measured once for the embedded pair by ``python -m benchmarks.trees`` and shipped as
   ``tree_shapes.json`` (they do not depend on the machine);
 - t_f, t_r (verifier, tree rows) and the draft's cost per forward and per row are timed once on
-  this machine (the fastest of a few forwards per row count, fitted by :func:`specdec.model.timing.fit_line`),
+  this machine (the fastest of a few forwards per row count, :func:`specdec.model.timing.time_forward`, fitted
+  by :func:`specdec.model.timing.fit_line`),
   and so is the rest of a round (drafting's sampling and reads, accept/reject, keeping the path, the
   trace: the median over a short real run's rounds of their time outside the model forwards). Cached,
   like the kernel calibration (a few seconds).
@@ -27,7 +28,6 @@ from __future__ import annotations
 import json
 import statistics
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,8 +37,7 @@ from specdec.decode.drafters import ModelDrafter
 from specdec.decode.engine import Generation
 from specdec.decode.tree import TreeDrafter, require_lean, verifier_attention
 from specdec.model.devices import Clock
-from specdec.model.lm import CachedLM
-from specdec.model.timing import fit_line
+from specdec.model.timing import filler_ids, fit_line, time_forward
 from specdec.options import DecodeConfig, SamplingConfig
 
 SHAPES_FILE = Path(__file__).with_name("tree_shapes.json")
@@ -47,20 +46,11 @@ DRAFT_ROWS = (1, 4)
 # cached tokens behind the timed rows: a chat prompt of a sentence (about 70 tokens with its template)
 # and half of a default answer, the middle of what a run's rounds read
 CONTEXT = 100
+# timed forwards per row count, the fastest kept: the prediction is a quiet machine's, and a median
+# timed on a busy one would stay wrong in the cache
+REPS = 5
 OVERHEAD_SHAPES = ((1, 6), (2, 8))  # (W, N) of the short runs whose rounds give the work besides the forwards
 _MEASURING = threading.Lock()
-
-
-def _fastest_ms(fn, reps: int = 5) -> float:
-    """The fastest of ``reps`` calls: another process on the machine only ever adds time, so the
-    minimum is the cost a quiet machine pays (a median cached on a busy one would stay wrong). The
-    prediction is therefore a quiet machine's, and says so."""
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times) * 1e3
 
 
 def _round_overhead_ms(pair, ids: list[int]) -> float:
@@ -82,34 +72,25 @@ def measure_costs(pair) -> dict:
     """Time the verifier over tree rows and the draft over batched rows on this machine, and a round's
     work besides them: {"verify": [t_f, t_r], "draft": [t_f, t_r], "round": ms} in ms (t_f per forward,
     t_r per row, "round" per round)."""
-    ids = [i % pair.vocab_size for i in range(1000, 1000 + CONTEXT + max(FIT_ROWS))]
     with pair.lock:  # the app's sessions share the models: no session's round beside the timed work
-        out = _forward_costs(pair, ids)
-        out["round"] = _round_overhead_ms(pair, ids[:CONTEXT])
+        out = _forward_costs(pair)
+        out["round"] = _round_overhead_ms(pair, filler_ids(pair.vocab_size, CONTEXT))
     return out
 
 
-def _forward_costs(pair, ids: list[int]) -> dict:
-    """{"verify": [t_f, t_r], "draft": [t_f, t_r]} and the timings they were fitted to, in ms."""
+def _forward_costs(pair) -> dict:
+    """{"verify": [t_f, t_r], "draft": [t_f, t_r]} and the timings they were fitted to, in ms: the verifier
+    over a binary tree of each row count in FIT_ROWS (row by row, as it verifies), the draft over each
+    row count in DRAFT_ROWS (one fused call, as it drafts a depth)."""
     out = {}
     for role, model, rows in (("verify", pair.target, FIT_ROWS), ("draft", pair.draft, DRAFT_ROWS)):
-        lm = CachedLM(model, pair.vocab_size)
-        lm.forward(ids[:CONTEXT], keep=1)
-        ms = []
-        for n in rows:
+        def attention(n: int, exact: bool = role == "verify"):
             parents = tuple([-1] + [(j - 1) // 2 for j in range(1, n)])  # a binary tree of n rows
-            att = verifier_attention(parents, CONTEXT)
-            if role == "draft":
-                att = replace(att, exact=False)
-
-            def forward(n=n, att=att):
-                lm.cache.crop(CONTEXT)
-                lm.forward_tree(ids[CONTEXT:CONTEXT + n], att)
-            forward()  # warm
-            ms.append(_fastest_ms(forward))
-        t_f, t_r = fit_line(rows, ms)
+            return replace(verifier_attention(parents, CONTEXT), exact=exact)
+        ms = time_forward(model, rows, CONTEXT, REPS, vocab=pair.vocab_size, attention=attention)
+        t_f, t_r = fit_line(rows, [ms[n] for n in rows])
         out[role] = [max(t_f, 0.0), max(t_r, 0.0)]  # a cost is never negative; only noise makes a fit say so
-        out[f"{role}_ms"] = dict(zip(map(str, rows), ms))
+        out[f"{role}_ms"] = {str(n): ms[n] for n in rows}
     return out
 
 
