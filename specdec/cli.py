@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 
 from specdec.decode.engine import Generation
+from specdec.decode.registry import VERIFIER_ONLY
 from specdec.decode.sampling import NumericalError
 from specdec.decode.settings import (
     ModelChoice,
@@ -86,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
                                 gen.stop_reason).to_json())
             else:
                 print(gen.text)
-                name = "verifier only" if settings.drafter == "none" else "speculative"
+                name = VERIFIER_ONLY.label if settings.drafter == VERIFIER_ONLY.name else "speculative"
                 print("\n" + _line(name, gen.summary().to_dict()), file=sys.stderr)
             return 0
-        base, spec = run("none"), run(settings.drafter)
+        base, spec = run(VERIFIER_ONLY.name), run(settings.drafter)
         settings = replace(settings, decode=spec.cfg)
         b, s = base.summary(), spec.summary()
         out = {"settings": settings.to_dict(), "baseline": _result(base), "speculative": _result(spec),
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(out))
         else:
             print(f"--- verifier only ---\n{base.text}\n--- speculative ---\n{spec.text}\n---")
-            print(_line("verifier only", out["baseline"]["summary"]))
+            print(_line(VERIFIER_ONLY.label, out["baseline"]["summary"]))
             print(_line("speculative", out["speculative"]["summary"]))
             print(f"speedup {out['speedup']:.2f}x; identical output: {out['identical']}"
                   + ("" if settings.decode.sampling.greedy else " (sampling: outputs differ by design)"))

@@ -3,36 +3,120 @@ the trace file that holds them.
 
 The engine yields these and never prints; the CLI, the app, the benchmarks and the notebooks only
 render or aggregate them. :class:`TraceFile` is the JSON format the CLI writes, the app downloads,
-and both replay without models.
+and both replay without models. Its vocabulary (a token's status, why drafting or the run ended,
+who drafted) is names (:class:`Named`), written to JSON as their strings and read back as names.
 """
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from enum import StrEnum
 from types import NoneType, UnionType
 from typing import get_args, get_origin, get_type_hints
 
 PHASES = ("draft", "verify", "accept", "rollback", "other")
-
-# Status of a drafted position. AFTER_STOP: after a kept draft that is a stop token, so never
-# emitted whatever the rule said; it counts neither as drafted nor as tested in the summaries.
-ACCEPTED, REJECTED, UNREACHED, AFTER_STOP = "accepted", "rejected", "unreached", "after_stop"
-# The kind of the token that ends a round: drawn from the residual after a rejection, the bonus
-# drawn from p when every draft was kept, or drawn from p in a round that drafted nothing (plain
-# decoding: the verifier-only baseline, or prompt lookup without a match).
-RESAMPLED, BONUS, PLAIN = "resampled", "bonus", "plain"
-TESTED = (ACCEPTED, REJECTED)
-# Why a round drafted as many tokens as it did (RoundTrace.draft_stop): K reached, the budget
-# (fewer tokens left than K), the draft's low confidence, a drafted stop token, prompt lookup with
-# no match or at the end of what it copied, or nothing drafted (verifier only).
-DRAFT_STOPS = ("k", "budget", "confidence", "stop_token", "no_match", "copy_end", "nothing", "tree_budget")
 TRACE_FORMAT = 6
 # 5 added RoundTrace.drafted_by (format 4 files read as ""), 6 RoundTrace.tree (older: None)
 READS_FORMATS = (4, 5, 6)
-# Status of a node of a token tree: on the accepted path, tested and rejected, or never tested
-# (a sibling before it was accepted, or its parent was not reached). Node 0 is the root.
-ROOT, UNTESTED = "root", "untested"
+
+
+# ---- the names a trace uses: each is written to JSON as its string, and carries its words ----
+
+class Named(StrEnum):
+    """A name of the trace's vocabulary: compared and written to JSON as its string, with the
+    words a reader is shown for it (``text``)."""
+
+    def __new__(cls, value: str, text: str = ""):
+        member = str.__new__(cls, value)
+        member._value_, member.text = value, text
+        return member
+
+
+class Status(Named):
+    """What the rule made of a drafted token: a chain's position (ACCEPTED, REJECTED, UNREACHED,
+    AFTER_STOP) or a tree's node (ROOT, ACCEPTED, REJECTED, UNTESTED)."""
+
+    ACCEPTED = "accepted", "kept"
+    REJECTED = "rejected", "rejected"
+    UNREACHED = "unreached", "not tested: after the rejection"
+    # after a kept draft that is a stop token, so never emitted whatever the rule said; it counts
+    # neither as drafted nor as tested in the summaries
+    AFTER_STOP = "after_stop", "not emitted: after the stop token"
+    ROOT = "root", "the root: the last context token"
+    # a tree's node never tested: a sibling before it was accepted, or its parent was not reached
+    UNTESTED = "untested", "not tested"
+
+
+class NextKind(Named):
+    """The token that ends a round: drawn from the residual after a rejection, the bonus drawn
+    from p when every draft was kept, or drawn from p in a round that drafted nothing (plain
+    decoding: the verifier-only baseline, or prompt lookup without a match). ``text`` is a
+    template with the field ``{p}``, the token's probability."""
+
+    RESAMPLED = "resampled", "drawn from the residual norm(max(0, p − q)), probability {p}"
+    BONUS = "bonus", "bonus, drawn from p, probability {p}"
+    PLAIN = "plain", "drawn from p, probability {p} (nothing drafted)"
+
+
+class DraftStop(Named):
+    """Why drafting ended. A proposal says LIMIT when it reached the depth it was asked for; the
+    round records that as K, or as BUDGET when fewer tokens than K fitted in the run's budget.
+
+    ``text`` is a chain round's sentence, ``tree_text`` a tree round's clause ("" where a tree
+    never stops so): str.format templates whose fields are filled by
+    :func:`specdec.teach.render.draft_stop_text` (``{drafted}``, ``{k}``, ``{last}``, ``{sure}``,
+    ``{threshold}``, ``{fits}``, ``{tail}``) and :func:`specdec.teach.render_tree.tree_explain`
+    (``{k}``, ``{depth}``, ``{budget}``, ``{threshold}``)."""
+
+    def __new__(cls, value: str, text: str, tree_text: str = ""):
+        member = str.__new__(cls, value)
+        member._value_, member.text, member.tree_text = value, text, tree_text
+        return member
+
+    K = "k", "Drafted K = {k} tokens{tail}.", "it stopped at depth K = {k}"
+    BUDGET = ("budget",
+              ("Drafted {drafted}, fewer than K = {k}: only {fits} in the budget (max new tokens or the context)."),
+              ("it stopped at depth {depth}, short of K = {k}: no more tokens fit in the budget (max new tokens or "
+               "the context)"))
+    CONFIDENCE = ("confidence",
+                  ("Drafting stopped after {drafted}: the draft's confidence in {last} was {sure}, below the "
+                   "threshold {threshold} (its top probability before temperature, in the conf. column)."),
+                  ("it stopped there: even its most probable node's draft was less sure than the confidence "
+                   "threshold {threshold} (its top probability before temperature)"))
+    STOP_TOKEN = ("stop_token", "Drafting stopped after {drafted}: {last} is a stop token.",
+                  "it stopped where every node left to expand was a stop token")
+    NO_MATCH = "no_match", "Prompt lookup found no earlier occurrence of the last tokens in the prompt or the output."
+    COPY_END = "copy_end", "Prompt lookup copied {drafted}: all that followed its match."
+    NOTHING = "nothing", "Verifier only: nothing is drafted."
+    TREE_BUDGET = "tree_budget", "Drafted K = {k} tokens{tail}.", "it stopped at its budget of N = {budget} nodes"
+    LIMIT = "limit", "Drafted K = {k} tokens{tail}."  # a proposal's only: the round records K or BUDGET
+
+
+class DraftedBy(Named):
+    """Who drafted a hybrid drafter's round (RoundTrace.drafted_by); ``text`` opens the sentence
+    that says why the round drafted what it did."""
+
+    NOT_HYBRID = "", ""  # any other drafter: the trace names nobody
+    LOOKUP = ("lookup", ("Prompt lookup drafted this round: it found the last tokens earlier and copied what "
+                         "followed, with no draft forward. "))
+    MODEL = "model", "The draft model drafted this round: prompt lookup found nothing to copy. "
+
+
+class RunStop(Named):
+    """Why a run ended (``Generation.stop_reason``, a trace file's ``stop_reason``)."""
+
+    EOS = "eos", "a stop token"
+    MAX_NEW_TOKENS = "max_new_tokens", "the most new tokens asked for"
+    CONTEXT = "context", "the end of the models' context"
+    CANCELLED = "cancelled", "cancelled"
+
+
+# The members by their own names, as the renderers and the app read them (as re.IGNORECASE is re.RegexFlag's)
+ACCEPTED, REJECTED, UNREACHED, AFTER_STOP = Status.ACCEPTED, Status.REJECTED, Status.UNREACHED, Status.AFTER_STOP
+ROOT, UNTESTED = Status.ROOT, Status.UNTESTED
+RESAMPLED, BONUS, PLAIN = NextKind.RESAMPLED, NextKind.BONUS, NextKind.PLAIN
+TESTED = (ACCEPTED, REJECTED)
 
 
 @dataclass(frozen=True)
@@ -66,7 +150,7 @@ class DraftPosition:
     ratio: float | None           # p / q; kept iff u <= ratio. None when untested
     u: float | None               # the uniform draw in (0, 1]. None when untested
     beta: float                   # sum_v min(p(v), q(v)): expected acceptance here, free of coin-flip noise
-    status: str                   # accepted | rejected | unreached (after the first rejection) | after_stop
+    status: Status                # ACCEPTED | REJECTED | UNREACHED (after the first rejection) | AFTER_STOP
     candidates: tuple[Candidate, ...]  # the top of p and of q, and the drafted token: p and q of each
     confidence: float | None = None    # the draft's untempered top probability, as its confidence test read it
 
@@ -104,7 +188,7 @@ class TreeNode:
     q: float                      # the draft's q(token) at its parent (before earlier siblings were removed)
     path_q: float                 # product of q along the path: how the drafter ranked the node
     p: float                      # the verifier's p(token) at its parent
-    status: str                   # root | accepted | rejected | untested
+    status: Status                # ROOT | ACCEPTED | REJECTED | UNTESTED
     ratio: float | None           # r(x) / q_i(x) at the test (temperature 0: p(x), 0 or 1); None if untested
     u: float | None               # the draw; None if untested or at temperature 0
     residual_top: tuple[TokenProb, ...] = ()  # after this node's rejection: top of the residual next tested
@@ -134,7 +218,7 @@ class RoundTrace:
     positions: tuple[DraftPosition, ...]   # the drafted tokens (fewer than K near a limit; none for the baseline)
     n_accepted: int                        # drafts kept *and emitted*
     rejected_at: int | None                # index into positions, or None when nothing was rejected
-    next_kind: str | None                  # resampled | bonus | plain; None when a stop token ended the drafts
+    next_kind: NextKind | None             # None when a stop token ended the drafts
     next_token: TokenProb | None           # prob under the distribution it was drawn from
     next_top: tuple[TokenProb, ...]        # top of that distribution (residual, or p)
     emitted: tuple[int, ...]               # ids emitted this round, cut after a stop token
@@ -143,8 +227,8 @@ class RoundTrace:
     draft_cache: tuple[int, int] | None    # draft KV length likewise; None without a draft model
     times: PhaseTimes
     elapsed: float                         # seconds since the run started, at the end of this round
-    draft_stop: str = "k"                  # why drafting ended: one of DRAFT_STOPS
-    drafted_by: str = ""                   # hybrid drafter: "lookup" or "model"; "" for the others
+    draft_stop: DraftStop = DraftStop.K    # why drafting ended (never LIMIT: the round tells K from BUDGET)
+    drafted_by: DraftedBy = DraftedBy.NOT_HYBRID  # who drafted a hybrid drafter's round
     tree: TreeRound | None = None          # a tree round's every node; positions then hold its accepted path
                                            # and the first rejected child below it
 
@@ -237,7 +321,7 @@ class TraceFile:
     rounds: tuple[RoundTrace, ...]
     prefill_s: float
     text: str
-    stop_reason: str | None
+    stop_reason: str | None  # a RunStop; its string when read back
 
     def to_json(self) -> str:
         return json.dumps({"format": TRACE_FORMAT, "settings": self.settings, "text": self.text,
@@ -268,10 +352,10 @@ class TraceFile:
 
 # ---- reading a trace back: every field checked against its declared type and range ------------
 UNIT = {"prob", "p", "q", "u", "beta", "confidence", "path_q"}  # probabilities and draws: in [0, 1]
+# the fields whose name allows only some of its members; any other named field allows them all
 CHOICES = {(DraftPosition, "status"): (ACCEPTED, REJECTED, UNREACHED, AFTER_STOP),
            (TreeNode, "status"): (ROOT, ACCEPTED, REJECTED, UNTESTED),
-           (RoundTrace, "next_kind"): (RESAMPLED, BONUS, PLAIN, None),
-           (RoundTrace, "draft_stop"): DRAFT_STOPS, (RoundTrace, "drafted_by"): ("", "lookup", "model")}
+           (RoundTrace, "draft_stop"): tuple(s for s in DraftStop if s is not DraftStop.LIMIT)}
 
 
 def _read(cls, d, where: str):
@@ -288,15 +372,27 @@ def _read(cls, d, where: str):
                 raise ValueError(f"{where}.{f.name} is missing")
             continue
         value = _value(d[f.name], hints[f.name], f"{where}.{f.name}", f.name)
-        allowed = CHOICES.get((cls, f.name))
-        if allowed is not None and value not in allowed:
-            raise ValueError(f"{where}.{f.name} must be one of {', '.join(map(repr, allowed))} (got {value!r})")
+        allowed = CHOICES.get((cls, f.name)) or _members(hints[f.name])
+        if allowed is not None:
+            if value not in allowed:
+                shown = ", ".join(repr(a if a is None else str(a)) for a in allowed)
+                raise ValueError(f"{where}.{f.name} must be one of {shown} (got {value!r})")
+            value = next(a for a in allowed if a == value)  # the name itself, not its string
         values[f.name] = value
     return cls(**values)
 
 
+def _members(hint) -> tuple | None:
+    """The values a named field allows: its name's members, and None where it may be None."""
+    args = get_args(hint) if get_origin(hint) is UnionType else (hint,)
+    named = next((a for a in args if isinstance(a, type) and issubclass(a, Named)), None)
+    return None if named is None else tuple(named) + (None,) * (NoneType in args)
+
+
 def _value(v, hint, where: str, name: str):
+    """``v`` checked against ``hint``; a named field's string is left to :func:`_read` to name."""
     origin, args = get_origin(hint), get_args(hint)
+    is_named = isinstance(hint, type) and issubclass(hint, Named)
     if origin is UnionType:  # X | None
         return None if v is None and NoneType in args else _value(v, next(a for a in args if a is not NoneType),
                                                                   where, name)
@@ -318,7 +414,7 @@ def _value(v, hint, where: str, name: str):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ValueError(f"{where} must be an integer >= {low} (got {v!r:.40})")
         return v
-    if hint is str:
+    if hint is str or is_named:
         if not isinstance(v, str):
             raise ValueError(f"{where} must be text (got {v!r:.40})")
         return v

@@ -23,18 +23,7 @@ from dataclasses import replace
 
 import torch
 
-from specdec.decode.proposal import (
-    CONFIDENCE,
-    COPY_END,
-    LIMIT,
-    LOOKUP,
-    MODEL,
-    NO_MATCH,
-    NOTHING,
-    STOP_TOKEN,
-    Proposal,
-    one_hot,
-)
+from specdec.decode.proposal import Proposal, one_hot
 from specdec.decode.sampling import (
     draw,
     host_read,
@@ -47,6 +36,7 @@ from specdec.decode.sampling import (
 from specdec.model.devices import Clock
 from specdec.model.lm import CachedLM
 from specdec.options import SamplingConfig
+from specdec.trace import DraftedBy, DraftStop
 
 
 def mix_uniform(q: torch.Tensor, noise: float) -> torch.Tensor:
@@ -96,7 +86,8 @@ class NoDrafter(Drafter):
         self.vocab_size, self.device = vocab_size, torch.device(device)
 
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
-        return Proposal.chain(context[-1], [], torch.zeros(1, self.vocab_size, device=self.device), stopped=NOTHING)
+        return Proposal.chain(context[-1], [], torch.zeros(1, self.vocab_size, device=self.device),
+                              stopped=DraftStop.NOTHING)
 
 
 class ModelDrafter(Drafter):
@@ -113,7 +104,7 @@ class ModelDrafter(Drafter):
         noise (``fast_greedy``) each token is the argmax of its logits and q is built once per round."""
         fast = sampling.greedy and not noise and self.fast_greedy
         feed = context[len(self.cache):]  # the last context token, plus a token it missed
-        tokens, ids, rows, dists, sure, forward_s, stopped = [], [], [], [], [], 0.0, LIMIT
+        tokens, ids, rows, dists, sure, forward_s, stopped = [], [], [], [], [], 0.0, DraftStop.LIMIT
         for _ in range(k):
             t0 = self.clock()
             logits = self.cache.forward(feed, keep=1)     # (1, V)
@@ -133,7 +124,7 @@ class ModelDrafter(Drafter):
             tokens.append(token)
             feed = [token]
             stopped = self._stop(token, unsure)
-            if stopped != LIMIT:
+            if stopped != DraftStop.LIMIT:
                 break
         if not ids:
             return Proposal.chain(context[-1], [], torch.zeros(1, self.cache.vocab_size, device=self.cache.device),
@@ -160,10 +151,10 @@ class ModelDrafter(Drafter):
         token, sure = host_read(token, sure)
         return int(token), sure < confidence
 
-    def _stop(self, token: int, unsure: bool) -> str:
+    def _stop(self, token: int, unsure: bool) -> DraftStop:
         if token in self.stop_ids:  # whatever follows a kept stop token is never emitted
-            return STOP_TOKEN
-        return CONFIDENCE if unsure else LIMIT
+            return DraftStop.STOP_TOKEN
+        return DraftStop.CONFIDENCE if unsure else DraftStop.LIMIT
 
 
 class LookupDrafter(Drafter):
@@ -183,12 +174,14 @@ class LookupDrafter(Drafter):
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
         copied = self._lookup(context, k)
         if not copied:
-            return Proposal.chain(context[-1], [], torch.zeros(1, self.vocab_size, device=self.device), stopped=NO_MATCH)
+            return Proposal.chain(context[-1], [], torch.zeros(1, self.vocab_size, device=self.device),
+                                  stopped=DraftStop.NO_MATCH)
         probs = one_hot(to_device(copied, self.device), self.vocab_size)    # (K+1, V) a leaf last
         if noise:
             probs[:-1] = mix_uniform(probs[:-1], noise)
         tokens = copied if not noise else draw(probs[:-1], generator).tolist()
-        return Proposal.chain(context[-1], tokens, probs, stopped=LIMIT if len(tokens) == k else COPY_END)
+        stopped = DraftStop.LIMIT if len(tokens) == k else DraftStop.COPY_END
+        return Proposal.chain(context[-1], tokens, probs, stopped=stopped)
 
     def _visible(self, start: int, end: int) -> bool:
         return not any(self.hidden[start:end])
@@ -226,5 +219,6 @@ class HybridDrafter(Drafter):
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
         copied = self.lookup._lookup(context, k)
         if len(copied) >= min(self.min_copy, k):
-            return replace(self.lookup.propose(context, k, sampling, generator, confidence, noise), source=LOOKUP)
-        return replace(self.model.propose(context, k, sampling, generator, confidence, noise), source=MODEL)
+            copy = self.lookup.propose(context, k, sampling, generator, confidence, noise)
+            return replace(copy, source=DraftedBy.LOOKUP)
+        return replace(self.model.propose(context, k, sampling, generator, confidence, noise), source=DraftedBy.MODEL)

@@ -26,7 +26,6 @@ import torch
 from specdec.decode.drafters import (
     Drafter,
 )
-from specdec.decode.proposal import LIMIT
 from specdec.decode.record import Outcome, round_trace
 from specdec.decode.rule import check_tree_contract, verify_tree
 from specdec.decode.sampling import (
@@ -40,7 +39,14 @@ from specdec.decode.tree import verifier_attention
 from specdec.model.devices import Clock
 from specdec.model.lm import CachedLM
 from specdec.options import DecodeConfig
-from specdec.trace import PhaseTimes, RoundTrace, RunSummary, summarize
+from specdec.trace import (
+    DraftStop,
+    PhaseTimes,
+    RoundTrace,
+    RunStop,
+    RunSummary,
+    summarize,
+)
 
 
 def stop_ids_of(pair, cfg: DecodeConfig) -> frozenset[int]:
@@ -58,7 +64,7 @@ class Generation:
         self.text = ""
         self.rounds: list[RoundTrace] = []
         self.prefill_s = 0.0
-        self.stop_reason: str | None = None  # eos | max_new_tokens | context | cancelled
+        self.stop_reason: RunStop | None = None  # None while the run goes on
         self._cancelled = False
         self._clock = Clock(pair.device)
         self._steps = self._loop()
@@ -71,7 +77,7 @@ class Generation:
 
     def cancel(self) -> None:
         """End the run before its next round, or between two chunks of a long prefill; safe from
-        another thread. The run then ends with ``stop_reason == "cancelled"``."""
+        another thread. The run then ends with ``stop_reason == RunStop.CANCELLED``."""
         self._cancelled = True
 
     def run(self) -> Generation:
@@ -98,14 +104,15 @@ class Generation:
         while done and not self._cancelled:
             room = min(cfg.max_new_tokens - len(self.token_ids), pair.max_positions - len(context))
             if room <= 0:
-                self.stop_reason = "max_new_tokens" if len(self.token_ids) >= cfg.max_new_tokens else "context"
+                self.stop_reason = (RunStop.MAX_NEW_TOKENS if len(self.token_ids) >= cfg.max_new_tokens else
+                                    RunStop.CONTEXT)
                 return
             record = self._round(context, target, min(cfg.k, room - 1), generator)
             self.rounds.append(record)
             yield record
             if self.stop_reason:
                 return
-        self.stop_reason = "cancelled"
+        self.stop_reason = RunStop.CANCELLED
 
     def _round(self, context: list[int], target: CachedLM, asked: int, generator: torch.Generator) -> RoundTrace:
         """One draft/verify round; ``context`` grows by the tokens it emits."""
@@ -127,7 +134,7 @@ class Generation:
         # 3. accept with the pure rule: the accepted path, then a resample or the bonus
         tokens = to_device([proposal.tokens], target_probs.device)               # (1, N+1)
         v = verify_tree(proposal.parents, tokens, proposal.probs[None], target_probs[None], generator,
-                        greedy=s.greedy, keep_residuals=proposal.width > 1, check=False)
+                        greedy=s.greedy, keep_residuals=proposal.from_tree_drafter, check=False)
         # ONE host read per verification: the verdict, the drafter's contract, the NaN test of p
         n_acc, nxt, kept, *path, nan, bad = host_read(v.n_accepted, v.next_token, v.contract, v.path[0],
                                                       numerics(logits, target_probs))
@@ -148,11 +155,14 @@ class Generation:
         t4 = clock()
         # 6. record the round
         outcome = Outcome(tuple(path), nxt, tuple(new), self._append_text(new))
+        stopped = proposal.stopped
+        if stopped == DraftStop.LIMIT:  # the depth it was asked for: K, or fewer where the budget cut the round
+            stopped = DraftStop.K if asked == cfg.k else DraftStop.BUDGET
         record = round_trace(
             index=len(self.rounds), context_len=len(context) - len(new), proposal=proposal,
             target_probs=target_probs, verdict=v, outcome=outcome, target_cache=(target_len, len(target)),
             draft_cache=None if draft_len is None else (draft_len, len(drafter.cache)),
-            draft_stop=proposal.stopped if proposal.stopped != LIMIT else "k" if asked == cfg.k else "budget",
+            draft_stop=stopped,
             times=PhaseTimes(), elapsed=0.0, token_text=self.pair.token_text, greedy=s.greedy)
         t5 = clock()
         times = PhaseTimes(draft=t1 - t0, verify=t2 - t1, accept=t3 - t2, rollback=t4 - t3, other=t5 - t4,
@@ -165,7 +175,7 @@ class Generation:
         stop_at = next((i for i, tok in enumerate(new) if tok in self.stop_ids), None)
         if stop_at is not None:
             new = new[: stop_at + 1]
-            self.stop_reason = "eos"
+            self.stop_reason = RunStop.EOS
         context += new
         return new
 

@@ -16,14 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-# Why a proposal ended. LIMIT: it reached the depth it was asked for (the engine tells K from the
-# round's budget); CONFIDENCE: the draft's confidence in its last token was below the threshold;
-# STOP_TOKEN: it drafted a stop token (a tree: nothing left to expand); NO_MATCH: prompt lookup
-# found nothing to copy; COPY_END: prompt lookup copied all that followed its match; NOTHING:
-# verifier only; BUDGET: a tree reached its node budget.
-LIMIT, CONFIDENCE, STOP_TOKEN, NO_MATCH, COPY_END, NOTHING, BUDGET = (
-    "limit", "confidence", "stop_token", "no_match", "copy_end", "nothing", "tree_budget")
-LOOKUP, MODEL = "lookup", "model"  # who drafted a hybrid drafter's proposal
+from specdec.trace import DraftedBy, DraftStop
 
 
 @dataclass(frozen=True)
@@ -32,16 +25,17 @@ class Proposal:
     tokens: tuple[int, ...]    # (N+1,) tokens[0] is the root's token, the last context token
     probs: torch.Tensor        # (N+1, V) row j: the q node j's children were drawn from (zeros for a leaf)
     forward_s: float = 0.0     # wall time inside draft model forwards
-    stopped: str = LIMIT       # why drafting ended (LIMIT, CONFIDENCE, ...)
+    stopped: DraftStop = DraftStop.LIMIT  # why drafting ended: LIMIT when it reached the depth asked for
     confidence: tuple[float, ...] = ()  # per drafted token of a chain: what the confidence test read
-    source: str = ""           # LOOKUP or MODEL for a hybrid drafter's proposal; "" otherwise
+    source: DraftedBy = DraftedBy.NOT_HYBRID  # LOOKUP or MODEL for a hybrid drafter's proposal
     path_q: tuple[float, ...] = ()  # (N+1,) a tree's path probabilities, by which its nodes were ranked
     width: int = 1             # W, the most children the drafter gives a node: 1 for a chain drafter
     budget: int = 0            # a tree drafter's node budget N
 
     @classmethod
-    def chain(cls, root: int, drafted: list[int], probs: torch.Tensor, forward_s: float = 0.0, stopped: str = LIMIT,
-              confidence: tuple[float, ...] = (), source: str = "") -> Proposal:
+    def chain(cls, root: int, drafted: list[int], probs: torch.Tensor, forward_s: float = 0.0,
+              stopped: DraftStop = DraftStop.LIMIT, confidence: tuple[float, ...] = (),
+              source: DraftedBy = DraftedBy.NOT_HYBRID) -> Proposal:
         """K tokens drafted one after another after ``root``. ``probs`` (K+1, V): row i the q token i was
         drawn from, row K zeros (the last token is a leaf), built so by the drafter: no copy per round."""
         if probs.shape[0] != len(drafted) + 1:
@@ -60,7 +54,15 @@ class Proposal:
 
     @property
     def is_chain(self) -> bool:
-        return all(a == j - 1 for j, a in enumerate(self.parents))
+        """Every node has at most one child: the verifier reads it with its plain causal mask, and the
+        rule with Algorithm 1. A tree drafter's proposal may be one too (where the draft is sure)."""
+        return is_chain(self.parents)
+
+    @property
+    def from_tree_drafter(self) -> bool:
+        """Drafted by a tree drafter (W > 1): its round records every node and the residual of each
+        rejection, whatever shape this round's tree took (:func:`is_chain` asks for the shape)."""
+        return self.width > 1
 
 
 def one_hot(ids: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -71,6 +73,11 @@ def one_hot(ids: torch.Tensor, vocab: int) -> torch.Tensor:
 
 
 # ---- a proposal's tree, as its parents list: node 0 the root, parents[j] < j
+
+def is_chain(parents) -> bool:
+    """Node j's parent is node j - 1: each node has at most one child (with parents[j] < j, the same)."""
+    return all(a == j - 1 for j, a in enumerate(parents))
+
 
 def depths(parents) -> list[int]:
     out = [0] * len(parents)

@@ -32,6 +32,7 @@ from specdec.trace import (
     UNTESTED,
     Candidate,
     DraftPosition,
+    DraftStop,
     PhaseTimes,
     RoundTrace,
     TokenProb,
@@ -54,13 +55,13 @@ class Outcome:
 
 def round_trace(*, index: int, context_len: int, proposal: Proposal, target_probs: torch.Tensor,
                 verdict: TreeVerdict, outcome: Outcome, target_cache: tuple[int, int],
-                draft_cache: tuple[int, int] | None, draft_stop: str, times: PhaseTimes, elapsed: float,
+                draft_cache: tuple[int, int] | None, draft_stop: DraftStop, times: PhaseTimes, elapsed: float,
                 token_text: Callable[[int], str], greedy: bool = False) -> RoundTrace:
     """A stop token among the kept drafts ends the round there: only the drafts up to it count as
     accepted, and no next token follows. ``greedy``: temperature 0, where no draw u decides anything
     (a draft is kept iff it is the verifier's argmax), so none is recorded."""
     p, q, N, nxt = target_probs, proposal.probs, proposal.n, outcome.next_token  # (N+1, V) each
-    n, tree, path = min(TOP_N, p.shape[-1]), proposal.width > 1, list(outcome.path)
+    n, tree, path = min(TOP_N, p.shape[-1]), proposal.from_tree_drafter, list(outcome.path)
     emitted_drafts = min(len(path), len(outcome.emitted))
     stopped_in_drafts = len(outcome.emitted) <= len(path)
     last = path[-1] if path else 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.decode.proposal import children, depths
+from specdec.decode.proposal import children, depths, is_chain
 from specdec.decode.sampling import draw
 
 
@@ -147,7 +147,7 @@ def check_tree_contract(parents: list[int] | tuple[int, ...], tokens: torch.Tens
     """(B, N+1) tokens, (B, N+1, V) q: DrafterContractError unless q_i(x) > 0 at every node (a chain:
     :func:`check_contract`)."""
     kids = children(parents)
-    if _is_chain(kids):
+    if is_chain(parents):
         return check_contract(tokens[:, 1:], draft_probs[:, :-1])
     bad = _contract(kids, tokens, draft_probs)
     if not bool(bad.any()):  # one host read for the whole tree
@@ -157,10 +157,6 @@ def check_tree_contract(parents: list[int] | tuple[int, ...], tokens: torch.Tens
     raise DrafterContractError(
         f"node {i} drafted token {int(tokens[b, i])} (trial {b}) with q_i(x) = 0 under node {j}'s q with its "
         "earlier siblings removed: a duplicate sibling, or not sampled from the q the drafter returned")
-
-
-def _is_chain(kids: list[list[int]]) -> bool:
-    return all(len(k) <= 1 for k in kids)
 
 
 def _chain_verdict(v: Verdict, B: int, N: int, V: int, greedy: bool, keep_residuals: bool) -> TreeVerdict:
@@ -219,7 +215,7 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
     if tuple(draft_probs.shape) != (B, N1, V):
         raise ValueError(f"q must be (B, N+1, V) = {(B, N1, V)}, got {tuple(draft_probs.shape)}")
     kids_of = children(parents)
-    if _is_chain(kids_of):
+    if is_chain(parents):
         v = verify(tokens[:, 1:], draft_probs[:, :-1], target_probs, generator, greedy=greedy, check=check)
         return _chain_verdict(v, B, N1 - 1, V, greedy, keep_residuals)
     D = max(depths(parents))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from specdec.decode.registry import DRAFTERS, MODEL, needs_draft
 from specdec.model.devices import DEVICES
 from specdec.model.precision import PRECISIONS
 from specdec.options import (
@@ -23,11 +24,6 @@ from specdec.options import (
     validate_prompt,
 )
 from specdec.weights.catalogue import DEFAULT_DRAFT, DEFAULT_TARGET
-
-# the draft model, prompt lookup where it finds a match and the draft model elsewhere, the draft
-# model drafting token trees, prompt lookup alone, or nobody (verifier only)
-DRAFTERS = ("model", "hybrid", "tree", "lookup", "none")
-MODEL_DRAFTERS = ("model", "hybrid", "tree")  # the drafters that need the draft model
 
 
 @dataclass(frozen=True)
@@ -49,9 +45,9 @@ class ModelChoice:
         return cls(pair.target_name, pair.draft_name, str(pair.device), pair.precision.name,
                    pair.draft_precision.name if pair.draft_precision else "auto")
 
-    def load(self, progress=None, drafter: str = "model"):
+    def load(self, progress=None, drafter: str = MODEL.name):
         from specdec.weights.loading import load_pair
-        return load_pair(self.target, self.draft if drafter in MODEL_DRAFTERS else None, self.device, self.precision,
+        return load_pair(self.target, self.draft if needs_draft(drafter) else None, self.device, self.precision,
                          progress=progress, draft_precision=self.draft_precision)
 
 
@@ -59,11 +55,9 @@ class ModelChoice:
 class RunSettings:
     prompt: str = option("the user prompt", label="Prompt")  # checked by validate_prompt: no echo of a long text
     drafter: str = option(
-        f"who drafts: {', '.join(DRAFTERS)}; hybrid: prompt lookup where it matches, the model elsewhere; tree: the "
-        "model drafting token trees; none: verifier only", default="model",
-        allowed=f"one of {', '.join(DRAFTERS)}", valid=DRAFTERS.__contains__, label="Drafter",
-        app_choices={"model": "draft model", "hybrid": "lookup, else model", "tree": "model, as a token tree",
-                     "lookup": "prompt lookup"})
+        "; ".join([f"who drafts: {', '.join(DRAFTERS)}"] + [f"{d.name}: {d.help}" for d in DRAFTERS.values() if d.help]),
+        default=MODEL.name, allowed=f"one of {', '.join(DRAFTERS)}", valid=DRAFTERS.__contains__, label="Drafter",
+        app_choices={d.name: d.label for d in DRAFTERS.values() if d.in_app})
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     models: ModelChoice = field(default_factory=ModelChoice)
     chat_template: bool = option("wrap the prompt in the verifier's chat template", default=True,
@@ -76,7 +70,7 @@ class RunSettings:
     def to_dict(self) -> dict:
         """Flat and JSON-ready: the ``settings`` object of a trace file."""
         d = flat(self)
-        if self.drafter not in MODEL_DRAFTERS:  # no draft model ran: the record names none
+        if not needs_draft(self.drafter):  # no draft model ran: the record names none
             d.update(draft=None, draft_precision=None)
         return d
 

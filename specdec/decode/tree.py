@@ -31,16 +31,7 @@ from __future__ import annotations
 import torch
 
 from specdec.decode.drafters import Drafter, mix_uniform, top_probabilities
-from specdec.decode.proposal import (
-    BUDGET,
-    CONFIDENCE,
-    LIMIT,
-    STOP_TOKEN,
-    Proposal,
-    ancestors,
-    children,
-    depths,
-)
+from specdec.decode.proposal import Proposal, ancestors, children, depths
 from specdec.decode.sampling import (
     draw,
     host_read,
@@ -52,6 +43,7 @@ from specdec.model.devices import Clock
 from specdec.model.lm import CachedLM
 from specdec.model.qwen2 import TreeAttention
 from specdec.options import SamplingConfig
+from specdec.trace import DraftStop
 
 COVER = 0.9  # a node's children cover this much of its q, as far as the width allows
 
@@ -133,14 +125,14 @@ class TreeDrafter(Drafter):
         forward_s += self.clock() - t0
         start = len(self.cache)  # == len(context): the root is cached now
         q, (sure, counts, tops) = self._q(logits, sampling, noise)
-        rows[0], frontier, stopped = q[0], [0], LIMIT
+        rows[0], frontier, stopped = q[0], [0], DraftStop.LIMIT
         for depth in range(1, k + 1):
             # how many children each frontier node gets is decided before any is drawn (see the docstring)
             planned = []
             for i, j in enumerate(frontier):
                 room = self.nodes - (len(parents) - 1) - sum(n for _, _, n in planned)
                 if room <= 0:
-                    stopped = BUDGET
+                    stopped = DraftStop.TREE_BUDGET
                     break
                 planned.append((i, j, min(counts[i], room)))
             first = len(parents)
@@ -153,14 +145,14 @@ class TreeDrafter(Drafter):
             rows += [None] * len(new)
             fed += [-1] * len(new)
             expand = sorted((j for j in new if tokens[j] not in self.stop_ids), key=lambda j: -path_q[j])[:W]
-            if depth == k or stopped == BUDGET or len(parents) - 1 >= self.nodes:
-                stopped = stopped if depth == k else BUDGET
+            if depth == k or stopped == DraftStop.TREE_BUDGET or len(parents) - 1 >= self.nodes:
+                stopped = stopped if depth == k else DraftStop.TREE_BUDGET
                 break
             if not expand:
-                stopped = STOP_TOKEN
+                stopped = DraftStop.STOP_TOKEN
                 break
             if confidence and sure[0] < confidence:  # the best path's last draft was unsure: go no deeper
-                stopped = CONFIDENCE
+                stopped = DraftStop.CONFIDENCE
                 break
             # one batched draft forward over the nodes to expand: each sees the context and its ancestors
             base = len(self.cache)

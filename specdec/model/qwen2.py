@@ -125,7 +125,7 @@ class Qwen2Layer(torch.nn.Module):
         """From transformers' weights: q/k/v fused into one layer, gate/up into another."""
         H, G = shape.heads, shape.kv_heads
         a, m = f"{prefix}self_attn.", f"{prefix}mlp."
-        pairs = {"q": H, "k": G}  # heads whose rows are reordered for the complex RoPE
+        pairs = dict(q=H, k=G)  # heads whose rows are reordered for the complex RoPE
         qkv = make(torch.cat([_pairwise(w[f"{a}{n}_proj.weight"], pairs.get(n)) for n in "qkv"]),
                    torch.cat([_pairwise(w[f"{a}{n}_proj.bias"], pairs.get(n)) for n in "qkv"]))  # (H*D+2*G*D, E)
         o = make(w[f"{a}o_proj.weight"], None)

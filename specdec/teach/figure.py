@@ -17,6 +17,7 @@ import re
 from html import escape
 from pathlib import Path
 
+from specdec.decode.registry import DRAFTERS, MODEL, TREE, needs_draft
 from specdec.teach.render import COLUMNS, DASH, draft_depth, explain, position_rows
 from specdec.teach.render_tree import (
     AGAINST,
@@ -38,6 +39,7 @@ from specdec.trace import (
     ROOT,
     UNREACHED,
     UNTESTED,
+    DraftStop,
     RoundTrace,
 )
 
@@ -50,8 +52,6 @@ KEY = {ACCEPTED: "✓ kept draft", REJECTED: "✗ rejected draft (not output)", 
        ROOT: "root: the last context token", RESAMPLED: "↻ resampled: ends the round", BONUS: "★ bonus: ends the round",
        PLAIN: "● drawn from p: nothing drafted"}
 PHASE_NAMES = {"draft": "Draft", "verify": "Verify", "accept": "Accept/reject", "commit": "Commit and roll back"}
-DRAFTER_NAMES = {"model": "draft model", "hybrid": "lookup, else model", "tree": "model, as a token tree",
-                 "lookup": "prompt lookup", "none": "verifier only"}
 
 W, H, M = 1920, 1080, 60          # the slide, and its margin
 TOP, BAND = 230, 820              # where the round's drawing starts; where the bottom panels start
@@ -166,22 +166,20 @@ def round_figure(r: RoundTrace, phase: str = "commit", *, settings=None, context
     if phase not in PHASE_NAMES:
         raise ValueError(f"phase must be one of {', '.join(PHASE_NAMES)} (got {phase!r})")
     greedy = settings.decode.sampling.greedy if settings is not None else _drew_nothing(r)
-    kind = "tree" if r.tree is not None else "chain"
-    heading = title or f"Speculative decoding, round {r.index + 1}{' (tree)' * (kind == 'tree')}: after {PHASE_NAMES[phase]}"
+    tree = r.tree is not None
+    heading = title or f"Speculative decoding, round {r.index + 1}{' (tree)' * tree}: after {PHASE_NAMES[phase]}"
     parts = [_rect(0, 0, W, H, "#ffffff", rx=0), _text(M, 78, heading, 44, bold=True)]
     y = 78
     for line in _wrap_items(_settings_line(r, settings, greedy).split(" · "), W - 2 * M, 26)[:2]:
         y += 40
         parts.append(_text(M, y, line, 26, fill=MUTED))
     parts.append(_context(context, y + 46))
-    if kind == "tree":
+    if tree:
         story = tree_explain(r, phase, greedy, settings.decode.k if settings else max(n.depth for n in r.tree.nodes),
-                             settings.decode.confidence if settings else 0.0, step_fit, quote=quoted).replace(
-            " (the table)", " (its r/q′ in the node's box)").replace(
-            "The walk starts at the root. ", "").replace(" A kept child is where the walk goes on.", "")
+                             settings.decode.confidence if settings else 0.0, step_fit, quote=quoted, drawn=True)
         drawing, boxes = _tree(r, phase, greedy, story)
     else:
-        story = explain(r, phase, settings.drafter if settings else "model", greedy, step_fit, quote=quoted)
+        story = explain(r, phase, settings.drafter if settings else MODEL.name, greedy, step_fit, quote=quoted)
         drawing, boxes = _chain(r, phase, greedy, story), BOTTOM
     parts += drawing
     parts += (_round_end(r, phase, greedy, *boxes[0]) + _caches(r, phase, previous, *boxes[1])
@@ -231,14 +229,14 @@ def _settings_line(r: RoundTrace, settings, greedy: bool) -> str:
     out.append("temperature 0 (greedy)" if greedy else f"temperature {s.temperature:g}")
     if not greedy:                      # top-k, top-p and the seed shape only sampling
         out += [f"top-k {s.top_k}"] * bool(s.top_k) + [f"top-p {s.top_p:g}"] * (s.top_p < 1) + [f"seed {d.seed}"]
-    out += [_draft_stop(r, d.k, d.confidence)] * bool(d.confidence or r.draft_stop == "confidence")
-    drafter = DRAFTER_NAMES.get(settings.drafter, settings.drafter)
-    if settings.drafter == "tree" and (r.tree is None or r.tree.width == 1):  # the chain drafter drafted W = 1
+    out += [_draft_stop(r, d.k, d.confidence)] * bool(d.confidence or r.draft_stop == DraftStop.CONFIDENCE)
+    drafter = DRAFTERS[settings.drafter].label
+    if settings.drafter == TREE.name and (r.tree is None or r.tree.width == 1):  # the chain drafter drafted W = 1
         drafter += " (ran as a chain: W = 1)"
     out.append(f"drafter: {drafter}")
     m = settings.models
     out.append(f"verifier {m.target.removeprefix('embedded:')} ({m.precision})")
-    if m.draft and settings.drafter not in ("lookup", "none"):
+    if m.draft and needs_draft(settings.drafter):
         out.append(f"draft {m.draft.removeprefix('embedded:')} ({m.draft_precision})")
     return " · ".join(out)
 
@@ -246,7 +244,7 @@ def _settings_line(r: RoundTrace, settings, greedy: bool) -> str:
 def _draft_stop(r: RoundTrace, k: int, confidence: float) -> str:
     """The draft's confidence threshold, and whether it stopped drafting short of K (the data
     :func:`~specdec.teach.render.draft_stop_text` says in a sentence)."""
-    if r.draft_stop != "confidence":
+    if r.draft_stop != DraftStop.CONFIDENCE:
         return f"draft confidence {confidence:g}"
     n = draft_depth(r) if r.tree is not None else len(r.positions)
     return f"draft confidence {confidence:g}: stopped after {n} of {k}" + (" depths" if r.tree is not None else "")

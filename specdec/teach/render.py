@@ -7,8 +7,9 @@ after a rejection were never tested and do not count, and show no verdict number
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from specdec.decode.registry import LOOKUP, MODEL
 from specdec.teach.theory import running_acceptance
 from specdec.teach.tokenkind import KIND_NAMES, token_kind
 from specdec.trace import (
@@ -19,7 +20,11 @@ from specdec.trace import (
     REJECTED,
     RESAMPLED,
     UNREACHED,
+    DraftedBy,
+    DraftStop,
+    NextKind,
     RoundTrace,
+    Status,
 )
 
 TOKEN_KINDS = (ACCEPTED, REJECTED, RESAMPLED, BONUS, PLAIN)  # every kind of token in the colour-coded text
@@ -32,7 +37,7 @@ class Segment:
     """A span of the colour-coded text: one token, where it came from and its numbers."""
 
     text: str
-    label: str                 # accepted | rejected | resampled | bonus | plain
+    label: str                 # ACCEPTED | REJECTED (a Status) or RESAMPLED | BONUS | PLAIN (a NextKind)
     round: int
     position: int              # index within the round (K = the token after the drafts)
     p: float | None = None     # verifier probability (of the drafted token, or of the drawn one)
@@ -76,18 +81,14 @@ def segment_detail(s: Segment) -> str:
         nums = f"p {s.p:.3g}, q {s.q:.3g}, p/q {s.ratio:.3g}: kept"
     elif s.label == REJECTED:
         nums = f"p {s.p:.3g}, q {s.q:.3g}, p/q {s.ratio:.3g}: not in the output; the token after it took its place"
-    elif s.label == RESAMPLED:
-        nums = f"drawn from the residual norm(max(0, p − q)), probability {s.p:.3g}"
-    elif s.label == BONUS:
-        nums = f"bonus, drawn from p, probability {s.p:.3g}"
     else:
-        nums = f"drawn from p, probability {s.p:.3g} (nothing drafted)"
+        nums = NextKind(s.label).text.format(p=f"{s.p:.3g}")
     return f"{s.text!r} {s.label}, {where}: {nums}"
 
 
 PHASES_OF_A_ROUND = ("draft", "verify", "accept", "commit")  # what the step-through reveals, in order
 DASH = "—"
-UNTESTED_WHY = {UNREACHED: "not tested: after the rejection", AFTER_STOP: "not emitted: after the stop token"}
+UNTESTED_WHY = {s: s.text for s in (UNREACHED, AFTER_STOP)}  # why a drafted token decided nothing
 ROW_HEADERS = ["#", "token", "q(x)", "conf.", "p(x)", "p/q", "u", "verdict"]
 COLUMNS = {"draft": 4, "verify": 5, "accept": 8, "commit": 8}  # the columns each phase has revealed
 
@@ -109,39 +110,21 @@ def position_rows(r: RoundTrace, phase: str) -> list[list]:
                 verdict = "kept (u ≤ p/q)" if pos.status == ACCEPTED else "rejected (u > p/q)"
                 row += [round(pos.ratio, 3), round(pos.u, 3), verdict]
             else:
-                row = row[:4] + [DASH, DASH, DASH, UNTESTED_WHY[pos.status]]
+                row = row[:4] + [DASH, DASH, DASH, Status(pos.status).text]
         rows.append(row[:n])
     return rows
 
 
 def draft_stop_text(r: RoundTrace, k: int, confidence: float, quote=repr) -> str:
-    """Why the round drafted as many tokens as it did, in one sentence (two for the hybrid drafter:
-    who drafted, then why it stopped)."""
-    if r.drafted_by:
-        who = ("Prompt lookup drafted this round: it found the last tokens earlier and copied what followed, "
-               "with no draft forward. " if r.drafted_by == "lookup" else
-               "The draft model drafted this round: prompt lookup found nothing to copy. ")
-        return who + draft_stop_text(replace(r, drafted_by=""), k, confidence, quote)
-    n = len(r.positions)
-    if r.draft_stop == "confidence":
-        last = r.positions[-1]
-        return (f"Drafting stopped after {plural(n, 'token', 'tokens')}: the draft's confidence in {quote(last.text)} was "
-                f"{last.confidence:.2f}, below the threshold {confidence:g} (its top probability before "
-                "temperature, in the conf. column).")
-    if r.draft_stop == "stop_token":
-        return f"Drafting stopped after {plural(n, 'token', 'tokens')}: {quote(r.positions[-1].text)} is a stop token."
-    if r.draft_stop == "budget":
-        return (f"Drafted {plural(n, 'token', 'tokens')}, fewer than K = {k}: only {n + 1} more "
-                f"{'token fits' if n == 0 else 'tokens fit'} in the budget (max new tokens or the context).")
-    if r.draft_stop == "no_match":
-        return "Prompt lookup found no earlier occurrence of the last tokens in the prompt or the output."
-    if r.draft_stop == "copy_end":
-        return f"Prompt lookup copied {plural(n, 'token', 'tokens')}: all that followed its match."
-    if r.draft_stop == "nothing":
-        return "Verifier only: nothing is drafted."
+    """Why the round drafted as many tokens as it did, in one sentence (:class:`~specdec.trace.DraftStop`'s
+    words; two for the hybrid drafter: who drafted, then why it stopped)."""
+    n, last = len(r.positions), r.positions[-1] if r.positions else None
     tail = (f" (every token's confidence was at least {confidence:g})" if confidence and r.positions
             and r.positions[0].confidence is not None else "")
-    return f"Drafted K = {k} tokens{tail}."
+    sure = "" if last is None or last.confidence is None else f"{last.confidence:.2f}"
+    return DraftedBy(r.drafted_by).text + DraftStop(r.draft_stop).text.format(
+        drafted=plural(n, "token", "tokens"), k=k, last="" if last is None else quote(last.text), sure=sure,
+        threshold=f"{confidence:g}", fits=f"{n + 1} more {'token fits' if n == 0 else 'tokens fit'}", tail=tail)
 
 
 # A forward measured this many times slower than this machine's timed forwards predict is called busy.
@@ -189,7 +172,7 @@ def cost_details(k: int, verify_s: float, step_fit: tuple[float, float] | None) 
             "the v(K) of the Compare tab's speed-up S(K): the forward pays when v(K) is well under K + 1.")
 
 
-def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = False,
+def explain(r: RoundTrace, phase: str, drafter: str = MODEL.name, greedy: bool = False,
             step_fit: tuple[float, float] | None = None, quote=repr) -> str:
     """One paragraph on what the phase just did and why the rule keeps the verifier's distribution.
     ``quote``: how a token's text is written in the sentence (``repr``; the figure marks its whitespace).
@@ -201,11 +184,11 @@ def explain(r: RoundTrace, phase: str, drafter: str = "model", greedy: bool = Fa
                     "of the context's last tokens), so the round is one plain verifier step.")
         how = ("Prompt lookup copied the tokens that followed the latest earlier occurrence of the context's last "
                "n-gram; it is deterministic, so q is one-hot (q(x) = 1) and a token will be kept with probability "
-               "p(x)." if drafter == "lookup" or r.drafted_by == "lookup" else
+               "p(x)." if drafter == LOOKUP.name or r.drafted_by == DraftedBy.LOOKUP else
                f"The small draft model ran {plural(k, 'cheap forward pass', 'cheap forward passes')}, sampling each token "
                "from its distribution q and reporting exactly that q(x)." + (
                    " (The hybrid drafter uses the model only where prompt lookup finds nothing to copy.)"
-                   if r.drafted_by == "model" else ""))
+                   if r.drafted_by == DraftedBy.MODEL else ""))
         return (f"**Draft.** {how} Nothing is committed yet: the {plural(k, 'token is', 'tokens are')} only a guess at "
                 "the verifier's output.")
     if phase == "verify":

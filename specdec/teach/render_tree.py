@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from specdec.decode.proposal import children
 from specdec.teach.render import DASH, draft_depth, plural, verify_cost_text
-from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, RoundTrace
+from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, DraftStop, RoundTrace
 
 AGAINST, R_X, Q_RENORM, RATIO, U = "tested against", "r(x)", "q′(x)", "ratio r(x)/q′(x)", "u"
 VERDICT, R_AFTER = "verdict", "r after it (top 3)"
@@ -94,11 +94,13 @@ def _texts(r: RoundTrace, js, quote=repr) -> str:
 
 
 def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: float = 0.0,
-                 step_fit: tuple[float, float] | None = None, quote=repr) -> str:
+                 step_fit: tuple[float, float] | None = None, quote=repr, drawn: bool = False) -> str:
     """One paragraph on what the phase just did to the round's token tree (SpecInfer; recursive
     rejection sampling, Jeon et al. 2024) and why the output keeps the verifier's distribution.
     ``step_fit``: this machine's verifier cost t_f + t_r·L in ms (:func:`~specdec.teach.render.verify_cost_text`).
-    ``quote``: how a token's text is written in the sentence (``repr``; the figure marks its whitespace)."""
+    ``quote``: how a token's text is written in the sentence (``repr``; the figure marks its whitespace).
+    ``drawn``: for the round's figure, where the walk is seen rather than told and each test's r/q′
+    is in its node's box (the app's table otherwise)."""
     t, nodes = r.tree, r.tree.nodes
     n, depth = len(nodes) - 1, draft_depth(r)
     if n == 0 and phase != "commit":  # one token left in the budget: a plain verifier step
@@ -110,14 +112,8 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
                           "decoding would."}[phase]
     if phase == "draft":
         how = "q's top tokens" if greedy else "draws from q without replacement, in draw order"
-        stop = {"tree_budget": f"it stopped at its budget of N = {t.budget} nodes",
-                "k": f"it stopped at depth K = {k}",
-                "budget": f"it stopped at depth {depth}, short of K = {k}: no more tokens fit in the budget (max new "
-                          "tokens or the context)",
-                "stop_token": "it stopped where every node left to expand was a stop token",
-                "confidence": f"it stopped there: even its most probable node's draft was less sure than the "
-                              f"confidence threshold {confidence:g} (its top probability before temperature)"
-                }.get(r.draft_stop, "")
+        stop = DraftStop(r.draft_stop).tree_text.format(k=k, depth=depth, budget=t.budget,
+                                                          threshold=f"{confidence:g}")
         return (f"**Draft.** The draft model grew a token tree from the last context token, the root "
                 f"({quote(nodes[0].text)}). Depth by depth it expanded the W = {t.width} most probable nodes (by path "
                 f"probability, the product of q along the path) in one batched forward, each row seeing the context "
@@ -140,10 +136,11 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
                     "to the child whose token is the verifier's argmax, as long as there is one; q and u play no "
                     "part, so the output is the verifier's greedy sequence. ")
         else:
-            head = ("**Accept/reject.** The walk starts at the root. A node's children are tested in order: child x "
-                    "is kept iff u ≤ r(x)/q′(x), r being p and q′ being q at first; after a rejection r becomes the "
-                    "residual norm(max(0, r − q′)) and q′ loses the rejected token (renormalised), so the next sibling "
-                    "is tested against what is left (the table). A kept child is where the walk goes on. ")
+            head = ("**Accept/reject.** " + ("" if drawn else "The walk starts at the root. ") +
+                    "A node's children are tested in order: child x is kept iff u ≤ r(x)/q′(x), r being p and q′ "
+                    "being q at first; after a rejection r becomes the residual norm(max(0, r − q′)) and q′ loses the "
+                    "rejected token (renormalised), so the next sibling is tested against what is left " +
+                    ("(its r/q′ in the node's box). " if drawn else "(the table). A kept child is where the walk goes on. "))
         if r.next_kind is None:
             tail = f"{path}, down to the stop token {quote(nodes[end].text)}: the output ends there."
         elif r.next_kind == BONUS:

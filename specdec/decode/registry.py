@@ -1,0 +1,82 @@
+"""Every drafter by name: how to make it, its words for a reader, and whether it needs the draft model.
+
+The one list of drafters. The command line's ``--drafter`` and the run settings
+(:mod:`specdec.decode.settings`), the app's drafter choice (the option's ``app_choices``, built
+here), :func:`specdec.decode.start.make_drafter` and the round figure all read it. Adding a
+drafter is one :class:`DrafterKind` in :data:`DRAFTERS` and its class.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from specdec.decode.drafters import (
+    Drafter,
+    HybridDrafter,
+    LookupDrafter,
+    ModelDrafter,
+    NoDrafter,
+)
+from specdec.decode.tree import TreeDrafter
+from specdec.decode.tree_shape import resolve
+from specdec.model.devices import Clock
+from specdec.options import DecodeConfig
+
+HYBRID_MIN_NGRAM = 3  # the n-gram length that measured fastest on held-out code: benchmarks/results/levers-*.json
+
+
+@dataclass(frozen=True)
+class Making:
+    """What a drafter is made from: the pair, and the details of the run a drafter may need."""
+
+    pair: object
+    clock: Clock
+    hidden: tuple[bool, ...]   # the prompt positions prompt lookup must not read (the chat template's markup)
+    stop_ids: frozenset[int]   # after drafting one of these a model drafter stops
+    tree: tuple[int, int]      # (W, N) asked of the tree drafter; 0 for this machine's choice
+    cfg: DecodeConfig          # the run, for the tree drafter's choice of shape
+
+
+@dataclass(frozen=True)
+class DrafterKind:
+    """One drafter: its name, its words, and the factory that makes it for a run."""
+
+    name: str                  # as the command line, the settings and a trace file name it
+    label: str                 # its words in the app's drafter choice and on the round figure
+    needs_draft: bool          # runs the pair's draft model: loaded with it, named in the run's record
+    make: Callable[[Making], Drafter]
+    help: str = ""             # what the name does not say, for the command line's help
+    in_app: bool = True        # offered by the app (verifier only runs beside the others in Compare)
+
+
+def _model(m: Making) -> Drafter:
+    return ModelDrafter(m.pair.draft, m.pair.vocab_size, m.clock, m.stop_ids)
+
+
+def _hybrid(m: Making) -> Drafter:
+    # a 1- or 2-token match is weak evidence of copying: the hybrid copies after a 3-gram only
+    lookup = LookupDrafter(m.pair.vocab_size, min_ngram=HYBRID_MIN_NGRAM, hidden=m.hidden, device=m.pair.device)
+    return HybridDrafter(lookup, _model(m))
+
+
+def _tree(m: Making) -> Drafter:
+    shape, _ = resolve(m.pair, replace(m.cfg, tree_width=m.tree[0], tree_nodes=m.tree[1]))
+    if shape.tree_width == 1:  # width 1 is the chain: the chain drafter drafts it (N does not apply)
+        return _model(m)
+    return TreeDrafter(m.pair.draft, m.pair.vocab_size, m.clock, shape.tree_width, shape.tree_nodes, m.stop_ids)
+
+
+MODEL = DrafterKind("model", "draft model", True, _model)
+HYBRID = DrafterKind("hybrid", "lookup, else model", True, _hybrid,
+                     help="prompt lookup where it matches, the model elsewhere")
+TREE = DrafterKind("tree", "model, as a token tree", True, _tree, help="the model drafting token trees")
+LOOKUP = DrafterKind("lookup", "prompt lookup", False,
+                     lambda m: LookupDrafter(m.pair.vocab_size, hidden=m.hidden, device=m.pair.device))
+VERIFIER_ONLY = DrafterKind("none", "verifier only", False, lambda m: NoDrafter(m.pair.vocab_size, m.pair.device),
+                            help="verifier only", in_app=False)
+DRAFTERS = {d.name: d for d in (MODEL, HYBRID, TREE, LOOKUP, VERIFIER_ONLY)}
+
+
+def needs_draft(name: str) -> bool:
+    """Whether the drafter called ``name`` runs the draft model (False for a name no drafter has)."""
+    return name in DRAFTERS and DRAFTERS[name].needs_draft
