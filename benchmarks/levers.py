@@ -30,7 +30,9 @@ from benchmarks.tables import estimator, fmt
 from benchmarks.throughput import draft_cost_ratio
 from specdec import DecodeConfig
 from specdec.decode.drafters import ModelDrafter
+from specdec.decode.engine import Generation, stop_ids_of
 from specdec.decode.start import start
+from specdec.model.devices import Clock
 from specdec.model.lm import CachedLM
 from specdec.model.precision import cpu_variants
 from specdec.model.timing import ESTIMATOR, filler_ids, time_forward, time_forwards
@@ -60,8 +62,10 @@ def interleaved_ms(models: dict, vocab: int, rows: int = 1, reps: int = 25) -> d
     return {name: ms[rows] for name, ms in time_forwards(models, [rows], CONTEXT, reps, vocab=vocab).items()}
 
 
-def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig) -> dict:
-    gens = [start(pair, p, cfg, drafter).run() for p in PROMPTS]
+def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig, fast_greedy: bool = True) -> dict:
+    """PROMPTS decoded with ``drafter``; ``fast_greedy=False`` (the model drafter only): with the draft
+    model's T = 0 fast path off."""
+    gens = [(start(pair, p, cfg, drafter) if fast_greedy else general_path(pair, p, cfg)).run() for p in PROMPTS]
     tokens = sum(len(g.token_ids) for g in gens)
     wall = sum(g.summary().wall_s for g in gens)
     drafted = sum(g.summary().drafted for g in gens)
@@ -70,6 +74,13 @@ def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig) -> dict:
             "acceptance": sum(g.summary().accepted for g in gens) / drafted if drafted else None,
             "tokens_per_round": tokens / sum(len(g.rounds) for g in gens),
             "c_median": cs[len(cs) // 2] if cs else None, "token_ids": [g.token_ids for g in gens]}
+
+
+def general_path(pair: ModelPair, prompt: str, cfg: DecodeConfig) -> Generation:
+    """A run of the draft model with its T = 0 fast path off: q built, and the confidence read, per drafted token."""
+    ids, _ = pair.encode_marked(prompt)
+    return Generation(pair, ids, cfg, ModelDrafter(pair.draft, pair.vocab_size, Clock(pair.device),
+                                                   stop_ids_of(pair, cfg), fast_greedy=False))
 
 
 def compile_draft(pair: ModelPair, vocab: int) -> dict:
@@ -181,11 +192,8 @@ def main(argv=None) -> int:
                       pair.precision, prec)
         e2e[f"draft {label}"] = end_to_end(p, "model", cfg)
     e2e["hybrid drafter (lookup, else the default draft)"] = end_to_end(pair, "hybrid", cfg)
-    ModelDrafter.fast_greedy = False
-    try:  # the general path: q built, and the confidence read, per drafted token
-        e2e["default draft, q and confidence per token at T = 0 (no fast path)"] = end_to_end(pair, "model", cfg)
-    finally:
-        ModelDrafter.fast_greedy = True
+    e2e["default draft, q and confidence per token at T = 0 (no fast path)"] = end_to_end(pair, "model", cfg,
+                                                                                           fast_greedy=False)
     for label, r in e2e.items():
         r["identical_to_verifier_only"] = r.pop("token_ids") == base_ids
         log(f"{label:70s} {r['tok_s']:6.2f} tok/s  c {r['c_median'] or 0:.3f}  acceptance {r['acceptance'] or 0:.2f}"

@@ -91,12 +91,16 @@ class NoDrafter(Drafter):
 
 
 class ModelDrafter(Drafter):
-    """A small causal LM drafting autoregressively with its own KV cache."""
+    """A small causal LM drafting autoregressively with its own KV cache.
 
-    fast_greedy = True  # T = 0 without noise: argmax per token, q built once per round (benchmarks turn it off)
+    ``fast_greedy``: at T = 0 without noise, each token is the argmax of its logits and q is built
+    once per round; off, the general path builds q and reads the confidence per token (the same
+    proposal, slower: what benchmarks/levers.py measures the fast path against)."""
 
-    def __init__(self, model, vocab_size: int, clock: Clock, stop_ids: frozenset[int] = frozenset()):
+    def __init__(self, model, vocab_size: int, clock: Clock, stop_ids: frozenset[int] = frozenset(),
+                 fast_greedy: bool = True):
         self.cache, self.clock, self.stop_ids = CachedLM(model, vocab_size), clock, stop_ids
+        self.fast_greedy = fast_greedy
 
     def propose(self, context, k, sampling, generator, confidence=0.0, noise=0.0) -> Proposal:
         """One host read per drafted token (its id, with its confidence where the test reads it), the

@@ -55,6 +55,16 @@ def stop_ids_of(pair, cfg: DecodeConfig) -> frozenset[int]:
 
 
 class Generation:
+    """One run of speculative decoding: ``prompt_ids`` continued by the verifier of ``pair``, with
+    ``drafter`` proposing each round's tokens under ``cfg``.
+
+    An iterator of :class:`~specdec.trace.RoundTrace`, one per draft/verify round, so that a caller
+    can step through the run (the app) or drain it (``run()``, the CLI). While it runs it holds the
+    output (``token_ids``, ``text``) and every round so far; ``stop_reason`` says why it ended
+    (:class:`~specdec.trace.RunStop`, None while it goes on). It owns the verifier's KV cache for
+    the run; the drafter owns its own. Start one from a prompt with
+    :func:`specdec.decode.start.start`, which also makes the drafter by name."""
+
     def __init__(self, pair, prompt_ids: list[int], cfg: DecodeConfig, drafter: Drafter, tree_shape: str = ""):
         self.pair, self.cfg, self.drafter = pair, cfg, drafter  # cfg: what runs, the tree shape resolved
         self.tree_shape = tree_shape  # why the tree drafter runs the shape in cfg ("" for the other drafters)

@@ -44,10 +44,10 @@ def _warpers(cfg: SamplingConfig, vocab: int):
 
 
 def _top_p(scores: torch.Tensor, top_p: float, full, input_ids) -> torch.Tensor:
-    """transformers' TopPLogitsWarper without sorting the whole vocabulary (20 ms per row for
-    152k tokens on a 2-core CPU). It keeps a token iff the probability mass strictly above it is
-    < top_p (its rule: the ascending cumulative mass up to the token is > 1 - top_p), always the
-    top one. When the top candidates hold the nucleus (their mass exceeds top_p with room for
+    """transformers' TopPLogitsWarper without sorting the whole vocabulary (a sort of all V entries
+    per row, on the CPU the slow part, when the nucleus is a few of them). It keeps a token iff the
+    probability mass strictly above it is < top_p (its rule: the ascending cumulative mass up to the
+    token is > 1 - top_p), always the top one. When the top candidates hold the nucleus (their mass exceeds top_p with room for
     rounding), the decision needs only them; otherwise fall back to the full sort."""
     # The fallback test is a host read: on an accelerator the full sort is cheap and never waits for one.
     if scores.device.type != "cpu":
@@ -117,7 +117,7 @@ def sample(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> tor
 
 def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """(N, V) -> (N,): one sample per row by inverse CDF, one uniform each. ``torch.multinomial``
-    draws one exponential per vocabulary entry (4 ms per row for 152k tokens on 2 cores)."""
+    draws one exponential per vocabulary entry, V per row where this draws one."""
     cdf = probs.cumsum(-1)                                                     # (N, V)
     u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device) * cdf[:, -1:]  # (N, 1) in [0, total)
     token = torch.searchsorted(cdf, u, right=True).squeeze(-1)                 # first entry with cdf > u

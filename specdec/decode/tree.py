@@ -41,7 +41,7 @@ from specdec.decode.sampling import (
 )
 from specdec.model.devices import Clock
 from specdec.model.lm import CachedLM
-from specdec.model.qwen2 import TreeAttention
+from specdec.model.qwen2 import LeanQwen2, TreeAttention
 from specdec.options import SamplingConfig
 from specdec.trace import DraftStop
 
@@ -94,7 +94,6 @@ def draw_without_replacement(q: torch.Tensor, n: int, generator: torch.Generator
 
 def require_lean(pair) -> None:
     """Token trees need the lean Qwen2 forward in both models (tree attention, a cache that keeps a path)."""
-    from specdec.model.qwen2 import LeanQwen2
     from specdec.options import ConfigError
     if pair.draft is None:
         raise ConfigError("drafter 'tree' needs a draft model; load one or use drafter 'lookup'", "drafter")
@@ -108,9 +107,9 @@ class TreeDrafter(Drafter):
 
     def __init__(self, model, vocab_size: int, clock: Clock, width: int, nodes: int,
                  stop_ids: frozenset[int] = frozenset()):
-        self.cache = CachedLM(model, vocab_size)
-        if not self.cache.lean:
+        if not isinstance(model, LeanQwen2):
             raise TypeError("token trees need the lean Qwen2 forward")
+        self.cache = CachedLM(model, vocab_size)
         self.clock, self.width, self.nodes, self.stop_ids = clock, width, nodes, stop_ids
         self._fed: tuple[int, list[int]] = (0, [])  # the context length, and each node's draft-cache index
 

@@ -11,14 +11,14 @@ A tree round (:mod:`specdec.decode.tree`) appends a whole token tree; before the
 :meth:`CachedLM.keep` moves the accepted path's entries into place, after which the same
 invariant holds. Only the lean forward's cache can do that; the tree drafter refuses other models.
 
-Rollback goes through the cache API (``crop``, of ``DynamicCache`` or of the lean Qwen2 forward's
-:class:`~specdec.model.qwen2.KVCache`), never by slicing per-layer tensors; a cache that cannot be
-cropped is refused when the pair is loaded (:func:`specdec.weights.pairing.check_rollback`).
+Rollback goes through the cache API (``crop``, of the lean Qwen2 forward's
+:class:`~specdec.model.kvcache.KVCache` or of transformers' ``DynamicCache``), never by slicing
+per-layer tensors; a cache that cannot be cropped is refused when the pair is loaded
+(:func:`specdec.weights.pairing.check_rollback`).
 """
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
 from specdec.model.qwen2 import LeanQwen2, TreeAttention
 
@@ -26,18 +26,20 @@ PREFILL_CHUNK = 256  # tokens per prefill forward: a long prompt stays cancellab
 
 
 class CachedLM:
+    """One model and its KV cache for one run: what the engine and the drafters call a model.
+
+    ``forward`` appends tokens and returns the logits of the last ones, cut to the shared
+    vocabulary V; ``rollback`` restores the invariant above; ``keep`` moves a tree round's
+    accepted path into place. ``model`` is the lean Qwen2 forward, or a transformers model, which
+    is put behind :class:`~specdec.model.hf.HFForward` (the lean forward's interface) here."""
+
     def __init__(self, model, vocab_size: int):
+        if not isinstance(model, LeanQwen2):  # transformers is imported only for a transformers model
+            from specdec.model.hf import HFForward
+            model = HFForward(model)
         self.model = model
         self.vocab_size = vocab_size  # shared vocabulary V: padding rows beyond it are sliced off
-        self.lean = isinstance(model, LeanQwen2)
-        if self.lean:
-            self.device, self.cache = model.device, model.new_cache()
-            return
-        self.device = next(model.parameters()).device
-        self.cache = DynamicCache(config=model.config)
-        if not self.cache.is_croppable:
-            raise TypeError(f"{type(model).__name__}: its KV cache cannot be rolled back "
-                            "(sliding-window or recurrent layers), so it cannot take part in speculative decoding")
+        self.device, self.cache = model.device, model.new_cache()
 
     def __len__(self) -> int:
         return self.cache.get_seq_length()
@@ -45,17 +47,11 @@ class CachedLM:
     @torch.inference_mode()
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append ``ids`` (T,) to the cache; return the logits of the last ``keep`` of them, (keep, V)."""
-        if self.lean:
-            return self.model(torch.tensor(ids, dtype=torch.long), self.cache, keep)[:, : self.vocab_size]
-        x = torch.tensor([ids], dtype=torch.long).to(self.device, non_blocking=True)  # (1, T), no host sync
-        out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=keep)
-        return out.logits[0, -keep:, : self.vocab_size]  # (keep, V)
+        return self.model(torch.tensor(ids, dtype=torch.long), self.cache, keep)[:, : self.vocab_size]
 
     @torch.inference_mode()
     def forward_tree(self, ids: list[int], tree: TreeAttention) -> torch.Tensor:
         """Append a token tree (T rows, positions and visible entries in ``tree``); (T, V) logits."""
-        if not self.lean:
-            raise TypeError("token trees need the lean Qwen2 forward (its cache keeps tree entries in place)")
         return self.model(torch.tensor(ids, dtype=torch.long), self.cache, len(ids), tree)[:, : self.vocab_size]
 
     def keep(self, start: int, sources: list[int]) -> None:

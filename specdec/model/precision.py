@@ -2,11 +2,12 @@
 one-time measurement, never from one machine's numbers; for the verifier and the draft apart.
 
 The fastest kernel differs by CPU: on an AVX2-only AMD EPYC bf16 matmuls are emulated (slow) and
-int8 GEMMs are 10x faster than float32; on a Xeon with AMX, bf16 and int8 are native; which integer
-kernel wins (specdec's own, :mod:`specdec.model.native`, oneDNN's, fbgemm's or torch's int4) can differ
-too. So on a CPU ``auto`` times every available variant (:mod:`specdec.model.calibration`: interleaved,
-medians, cached per CPU model, flags and torch version) and keeps the fastest, preferring
-specdec's kernels within a margin of it:
+int8 GEMMs are several times faster than float32 (benchmarks/results/levers-cpu-amd-epyc-avx2.json);
+on a Xeon with AMX, bf16 and int8 are native; which integer kernel wins (specdec's own,
+:mod:`specdec.model.native`, oneDNN's, fbgemm's or torch's int4) can differ too. So on a CPU
+``auto`` times every available variant (:mod:`specdec.model.calibration`: interleaved, medians,
+cached per CPU model, flags and torch version) and keeps the fastest, preferring specdec's
+kernels within a margin of it:
 
 * **the verifier** on one verifier-sized layer (1536 -> 8960) at 1 row (verifier-only decoding)
   plus K+1 rows (one verification), batch-invariant as the verifier must be;
@@ -253,8 +254,8 @@ def pick_draft(timings: dict[str, list[float]], layers: int, cpu_model: str,
                allowed: list[str] | None = None) -> Precision:
     """The draft's variant with the lowest estimated matmul time per drafted token (among
     ``allowed`` names). 4-bit drafts are candidates: with specdec's int4 kernel an int4 draft
-    costs the embedded pair 0.72 -> 0.70 acceptance and decodes 1.28x faster than an int8 one
-    (AMD EPYC Zen 4, 4 code + 2 prose prompts; docs/results.md)."""
+    agrees with the verifier's choices nearly as often as an int8 one and drafts faster (AMD EPYC
+    Zen 4: benchmarks/results/throughput-cpu-amd-epyc-avx512-vnni.json; docs/results.md)."""
     costs = {n: layers * t[0] + t[1] for n, t in timings.items() if allowed is None or n.split()[0] in allowed}
     best, how = _winner(costs)
     reason = (f"{best}: {how} for one drafted token (est. ms of its {layers} layers' and output layer's "

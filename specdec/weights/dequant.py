@@ -3,7 +3,7 @@
 The ``gguf`` package's numpy code is the reference; these are the same operations in the same
 order on torch tensors (so the same float32 results, bit for bit: ``tests/model/test_weights_cache.py``
 compares them on random blocks), which run on all the cores and without the GIL. Dequantizing is
-most of a first run: the verifier's 1.8 G weights took 13.5 s through numpy on one core.
+most of a first run (benchmarks/results/first_run-*.json), and numpy's runs on one core.
 
 Each function maps (blocks, bytes per block) uint8 to (blocks, weights per block) float32.
 """

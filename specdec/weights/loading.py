@@ -155,7 +155,7 @@ def load_model(name: str, device: torch.device, precision: Precision, role: str,
         source = str(path)
     else:
         source = name
-        # Without this, an unreachable hub costs ~50 s of retries before the same failure.
+        # Without this, an unreachable hub is retried for a long while before the same failure.
         kwargs["local_files_only"] = not _hub_reachable()
     report(progress, 0.3, f"{role}: loading {name}")
     tok_kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}

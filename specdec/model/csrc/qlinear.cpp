@@ -58,7 +58,7 @@ constexpr int Q4_BYTES = 320;     // one int4 block-group: 256 bytes of nibbles,
 // Software prefetch this far ahead of the weight being read. With several rows per call the
 // arithmetic per byte grows and the hardware prefetcher alone lets memory and arithmetic take
 // turns; 4 KB ahead keeps the next weights on their way while the current ones are multiplied
-// (Zen 4, 2 threads, 8960x1536 int8: 7 rows 0.87 -> 0.59 ms, 1 row 0.60 -> 0.51 ms).
+// (benchmarks/kernel_candidates.py times this kernel: benchmarks/results/kernel_candidates-*.json).
 constexpr int PREFETCH = 4096;
 
 int64_t detect_mask() {
@@ -293,7 +293,7 @@ Acts quantize(const at::Tensor& x, int64_t Kp, int64_t isa, const Prologue& pro)
   a.comp.resize(a.M);
   a.gsum.resize(a.M * std::max<int64_t>(a.G, 1));
   const float* xp = x.data_ptr<float>();
-  // rows apart on torch's threads (a verification's 7 rows of 8960 gated inputs are ~0.1 ms)
+  // rows apart on torch's threads: a verification quantises K+1 rows of the widest (gated) input
   at::parallel_for(0, a.M, 1, [&](int64_t m0, int64_t m1) {
     std::vector<float> row(pro.active() ? K : 0);
     for (int64_t m = m0; m < m1; ++m) {
@@ -668,8 +668,8 @@ void int4_blocks(const uint8_t* P, int64_t G, const Acts& a, const Out& o, int64
 }
 
 // Output channels in contiguous runs of blocks handed out to torch's threads as each finishes
-// its last: on a shared 2-core VM one core is often slower than the other for a while (measured:
-// 0.36 vs 0.52 ms for the two halves of one call), and an even split waits for the slower one.
+// its last: on a shared VM one core is often slower than the other for a while, and an even
+// split waits for the slower one.
 // Each run is a contiguous stream of weights; the result does not depend on who computes what.
 template <class F>
 void for_blocks(int64_t nb, F&& f) {
