@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from helpers import tiny
-from specdec import Drafter, Proposal
+from specdec import DecodeConfig, Drafter, Generation, Proposal, SamplingConfig
 
 N = 40  # new tokens a greedy reference makes unless told
 
@@ -33,3 +33,18 @@ class ScriptedDrafter(Drafter):
         return Proposal.chain(committed[-1], tokens, probs)
 
 
+
+
+def count_definitions_run() -> Generation:
+    """The run the count definitions are stated on, scripted at T = 0 with K = 4: round 1 keeps 2 of
+    4 (rejects the 3rd, the 4th untested); round 2 keeps all 4 and a bonus; then a stop token kept in
+    the middle of round 3's drafts ends the output."""
+    target = tiny.model(7, scale=8)
+    pair = tiny.pair(target, None)
+    pair.stop_ids = frozenset()
+    prompt = tiny.prompt_ids(seed=7)
+    truth = hf_greedy(target, prompt, eos=None)
+    pair.stop_ids = frozenset({truth[9]})  # the 10th token stops the output: round 3 starts at output 8
+    drafter = ScriptedDrafter(truth, {2}, len(prompt), pair.vocab_size)
+    cfg = DecodeConfig(max_new_tokens=30, k=4, confidence=0.0, sampling=SamplingConfig(0.0))
+    return Generation(pair, prompt, cfg, drafter).run()
