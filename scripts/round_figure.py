@@ -19,7 +19,8 @@ from specdec import (
     save_round_figure,
 )
 from specdec.decode.start import start
-from specdec.teach.figure import PHASE_NAMES, generation_context
+from specdec.teach.figure import generation_context
+from specdec.teach.render import STEP_NAMES
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 
@@ -27,7 +28,7 @@ PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/round.svg")
-    parser.add_argument("--phase", default="commit", choices=list(PHASE_NAMES))
+    parser.add_argument("--phase", default="commit", choices=list(STEP_NAMES))
     parser.add_argument("--prompt", default=PROMPT)
     args = parser.parse_args(argv)
     pair = load_pair(device="cpu")
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = RunSettings(prompt=args.prompt, drafter="model", decode=cfg, models=ModelChoice.of(pair))
     path = save_round_figure(r, args.out, args.phase, settings=settings, context=generation_context(gen, r),
                              previous=gen.rounds[r.index - 1] if r.index else None)
-    print(f"{path}: seed {seed}, round {r.index + 1}, after {PHASE_NAMES[args.phase]}")
+    print(f"{path}: seed {seed}, round {r.index + 1}, after {STEP_NAMES[args.phase]}")
     return 0
 
 

@@ -12,8 +12,8 @@ from functools import partial
 import gradio as gr
 
 from specdec import Generation, round_figure
-from specdec.teach.figure import PHASE_NAMES, generation_context
-from specdec.teach.render import output_text, segments
+from specdec.teach.figure import generation_context
+from specdec.teach.render import STEP_NAMES, output_text, segments
 
 from .state import Loader, Session
 
@@ -62,7 +62,7 @@ def update(loader: Loader, session: Session) -> list:
     if svg is None:
         return [NOTHING, gr.update(interactive=False), gr.update(interactive=False), ""]
     r, phase = session.walk.shown, session.walk.phase
-    note = (f"**Download this round** (round {r.index + 1}, after {PHASE_NAMES[phase]}) as a 1920×1080 figure for a "
+    note = (f"**Download this round** (round {r.index + 1}, after {STEP_NAMES[phase]}) as a 1920×1080 figure for a "
             "slide: SVG scales without loss, PNG goes anywhere.")
     return [note, gr.update(interactive=True), gr.update(interactive=True), svg]
 

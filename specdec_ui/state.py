@@ -27,12 +27,12 @@ from specdec import (
     RunSettings,
     TraceFile,
 )
+from specdec.decode import registry
 from specdec.decode.start import start
 from specdec.model.devices import DEVICES
 from specdec.model.precision import PRECISIONS
 from specdec.options import build, flat, options_of
-from specdec.teach.figure import PHASE_NAMES
-from specdec.teach.render import PHASES_OF_A_ROUND
+from specdec.teach.render import PHASES_OF_A_ROUND, STEP_NAMES
 from specdec.weights.loading import check_source
 
 # The settings form: the options the app shows (those with a label, :mod:`specdec.options`), in
@@ -45,7 +45,7 @@ FIELD_LABELS = {**{o.name: o.label for o in FIELDS}, "upload": "Replay a downloa
 # box say what they take, and get none.
 HINTS = {**{o.name: None if o.app_choices or o.type is str else o.help for o in FIELDS},
          "runs": "pairs of runs, seeds s, s+1, ...: the spread of the speed-up"}
-TREE_FIELDS = tuple(o.name for o in FIELDS if o.drafters == ("tree",))  # shown, read and checked with the tree only
+TREE_FIELDS = tuple(o.name for o in FIELDS if o.drafters == (registry.TREE.name,))  # shown, read and checked with the tree only
 INTEGER_FIELDS = (*(o.name for o in FIELDS if o.type is int), "runs")
 # The header's model form: ModelChoice's options (the command line's --target, --draft, ...), each
 # with its label here and the option's own words as its hint; a field with a known set of values is
@@ -290,8 +290,8 @@ def warm_up(pair) -> None:
     touch) and the kernels' first calls are paid while loading, not by the learner's first round."""
     from specdec import DecodeConfig
     cfg = DecodeConfig(max_new_tokens=48, ignore_eos=True)
-    start(pair, "Write a Python function that adds two numbers.", cfg,
-                           "model" if pair.draft is not None else "none").run()
+    drafter = registry.MODEL.name if pair.draft is not None else registry.VERIFIER_ONLY.name
+    start(pair, "Write a Python function that adds two numbers.", cfg, drafter).run()
 
 
 WAIT_SAID_S = 0.1  # a shorter wait for the models is a hand-over between rounds, not worth a word on the page
@@ -440,8 +440,8 @@ class Walkthrough:
         order = PHASES_OF_A_ROUND.index
         if self.pending:
             if order(target) <= order(self.phase):
-                following = PHASE_NAMES[PHASES_OF_A_ROUND[order(self.phase) + 1]]
-                return self, f"This round is already past {PHASE_NAMES[target]}: press {following} next. "
+                following = STEP_NAMES[PHASES_OF_A_ROUND[order(self.phase) + 1]]
+                return self, f"This round is already past {STEP_NAMES[target]}: press {following} next. "
             committed = self.rounds + ((self.shown,) if target == "commit" else ())
             return replace(self, rounds=committed, phase=target), ""
         if new_round is None:  # the last round stays on show (and downloadable as a figure)

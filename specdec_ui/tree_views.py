@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from html import escape
 
+from specdec.decode import registry
 from specdec.decode.tree import mask_grid
 from specdec.teach.figure import visible
 from specdec.teach.render import DASH
@@ -48,7 +49,7 @@ REAL_TREE_BUTTON = "Draw a real tree"
 
 def requested(settings) -> bool:
     """Not the tree drafter, or a tree shape the learner set in full: nothing to explain."""
-    return settings.drafter != "tree" or bool(settings.decode.tree_width and settings.decode.tree_nodes)
+    return settings.drafter != registry.TREE.name or bool(settings.decode.tree_width and settings.decode.tree_nodes)
 
 
 def shape_text(width: int, nodes: int, why: str) -> str:

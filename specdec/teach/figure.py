@@ -18,7 +18,14 @@ from html import escape
 from pathlib import Path
 
 from specdec.decode.registry import DRAFTERS, MODEL, TREE, needs_draft
-from specdec.teach.render import COLUMNS, DASH, draft_depth, explain, position_rows
+from specdec.teach.render import (
+    COLUMNS,
+    DASH,
+    STEP_NAMES,
+    draft_depth,
+    explain,
+    position_rows,
+)
 from specdec.teach.render_tree import (
     AGAINST,
     TREE_HEADERS,
@@ -51,7 +58,6 @@ KEY = {ACCEPTED: "✓ kept draft", REJECTED: "✗ rejected draft (not output)", 
        AFTER_STOP: "– not emitted: after a stop", UNTESTED: "– not tested", DRAFTED: "○ drafted, not tested yet",
        ROOT: "root: the last context token", RESAMPLED: "↻ resampled: ends the round", BONUS: "★ bonus: ends the round",
        PLAIN: "● drawn from p: nothing drafted"}
-PHASE_NAMES = {"draft": "Draft", "verify": "Verify", "accept": "Accept/reject", "commit": "Commit and roll back"}
 
 W, H, M = 1920, 1080, 60          # the slide, and its margin
 TOP, BAND = 230, 820              # where the round's drawing starts; where the bottom panels start
@@ -163,11 +169,11 @@ def round_figure(r: RoundTrace, phase: str = "commit", *, settings=None, context
     whose rollback left the draft's cache as this round found it (the first round's is the prompt's length
     minus one). ``step_fit``: this machine's verifier cost, as :func:`~specdec.teach.render.explain` takes it.
     ``title`` replaces the first line of the title."""
-    if phase not in PHASE_NAMES:
-        raise ValueError(f"phase must be one of {', '.join(PHASE_NAMES)} (got {phase!r})")
+    if phase not in STEP_NAMES:
+        raise ValueError(f"phase must be one of {', '.join(STEP_NAMES)} (got {phase!r})")
     greedy = settings.decode.sampling.greedy if settings is not None else _drew_nothing(r)
     tree = r.tree is not None
-    heading = title or f"Speculative decoding, round {r.index + 1}{' (tree)' * tree}: after {PHASE_NAMES[phase]}"
+    heading = title or f"Speculative decoding, round {r.index + 1}{' (tree)' * tree}: after {STEP_NAMES[phase]}"
     parts = [_rect(0, 0, W, H, "#ffffff", rx=0), _text(M, 78, heading, 44, bold=True)]
     y = 78
     for line in _wrap_items(_settings_line(r, settings, greedy).split(" · "), W - 2 * M, 26)[:2]:

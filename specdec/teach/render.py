@@ -28,6 +28,7 @@ from specdec.trace import (
 )
 
 TOKEN_KINDS = (ACCEPTED, REJECTED, RESAMPLED, BONUS, PLAIN)  # every kind of token in the colour-coded text
+# the timed phases of a round (trace.PHASES), as the charts and the summary name them
 PHASE_NAMES = {"draft": "drafting", "verify": "verifier forward", "accept": "accept/reject",
                "rollback": "cache rollback", "other": "other"}
 
@@ -87,6 +88,7 @@ def segment_detail(s: Segment) -> str:
 
 
 PHASES_OF_A_ROUND = ("draft", "verify", "accept", "commit")  # what the step-through reveals, in order
+STEP_NAMES = {"draft": "Draft", "verify": "Verify", "accept": "Accept/reject", "commit": "Commit and roll back"}
 DASH = "—"
 UNTESTED_WHY = {s: s.text for s in (UNREACHED, AFTER_STOP)}  # why a drafted token decided nothing
 ROW_HEADERS = ["#", "token", "q(x)", "conf.", "p(x)", "p/q", "u", "verdict"]

@@ -16,11 +16,12 @@ from typing import Any, Iterator
 import gradio as gr
 
 from specdec import ConfigError
+from specdec.decode import registry
 from specdec.decode.start import start
 from specdec.teach import tokenkind
 from specdec.teach.theory import acceptance, decode_tokens_per_s
 from specdec.teach.tokenkind import acceptance_by_kind
-from specdec.trace import RoundTrace, summarize
+from specdec.trace import RoundTrace, RunStop, summarize
 from specdec_ui import charts
 from specdec_ui.charts import CHAIN, SPECULATIVE, TREE, VERIFIER_ONLY
 from specdec_ui.kinds import kinds_chart, kinds_markdown
@@ -406,8 +407,9 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
     try:
         n_runs = parse_runs(runs)
         greedy = settings.decode.sampling.greedy
-        sides = (((VERIFIER_ONLY, "none"), (CHAIN, "model"), (TREE, "tree")) if settings.drafter == "tree" else
-                 ((VERIFIER_ONLY, "none"), (SPECULATIVE, settings.drafter)))
+        sides = (((VERIFIER_ONLY, registry.VERIFIER_ONLY.name), (CHAIN, registry.MODEL.name), (TREE, registry.TREE.name))
+                 if settings.drafter == registry.TREE.name else
+                 ((VERIFIER_ONLY, registry.VERIFIER_ONLY.name), (SPECULATIVE, settings.drafter)))
         pairs = []
         for i in range(n_runs):
             cfg = replace(settings.decode, seed=settings.decode.seed + i, ignore_eos=not greedy)
@@ -429,7 +431,7 @@ def compare(loader: Loader, session: Session, form: dict, runs=1) -> Iterator[Co
     if worker.error is not None:
         yield problem(worker.error)
         return
-    stopped = session.stop or any(g.stop_reason == "cancelled" for g in gens)
+    stopped = session.stop or any(g.stop_reason == RunStop.CANCELLED for g in gens)
     differences = {} if stopped or not greedy else _differences(loader.pair, pairs)
     final = compare_view(pairs, settings, not stopped, final=True, differences=differences)
     yield replace(final, badge=STOPPED_COMPARE) if stopped else final

@@ -17,14 +17,15 @@ from typing import Any, Iterator
 import gradio as gr
 
 from specdec import ConfigError, DecodeConfig, Generation, NumericalError, RunSettings
+from specdec.decode import registry
 from specdec.decode.start import start
 from specdec.teach.experiment import histogram
-from specdec.teach.figure import PHASE_NAMES
 from specdec.teach.render import (
     COLUMNS,
     DASH,
     PHASES_OF_A_ROUND,
     ROW_HEADERS,
+    STEP_NAMES,
     UNTESTED_WHY,
     cache_text,
     cost_details,
@@ -152,10 +153,10 @@ def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, f
     segs = segments(list(walk.rounds))
     text, plain = token_html(segs), plain_html(output_text(segs))
     r = walk.shown
-    tree_ran = drafter == "tree" and (shape is None or shape[0] > 1)
-    banner = (GREEDY_TREE_BANNER if tree_ran else GREEDY_BANNER) if greedy and drafter != "none" else ""
-    real_tree = drafter == "tree" and shape is not None and shape[0] == 1
-    if drafter == "tree" and shape is not None:
+    tree_ran = drafter == registry.TREE.name and (shape is None or shape[0] > 1)
+    banner = (GREEDY_TREE_BANNER if tree_ran else GREEDY_BANNER) if greedy and drafter != registry.VERIFIER_ONLY.name else ""
+    real_tree = drafter == registry.TREE.name and shape is not None and shape[0] == 1
+    if drafter == registry.TREE.name and shape is not None:
         offer = (f" Press **{REAL_TREE_BUTTON}** to run W = {REAL_TREE[0]}, N = {REAL_TREE[1]} (draft confidence 0, so "
                  "that every round grows all its nodes) and see one."
                  if real_tree else "")
@@ -168,7 +169,7 @@ def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, f
              "commit": "drafted, verified, decided and committed"}[phase]
     last = phase == PHASES_OF_A_ROUND[-1]
     nxt = (" Next: **Draft** (or **Step round**) for the next round." if last else
-           f" Next: **{PHASE_NAMES[PHASES_OF_A_ROUND[PHASES_OF_A_ROUND.index(phase) + 1]]}**.")
+           f" Next: **{STEP_NAMES[PHASES_OF_A_ROUND[PHASES_OF_A_ROUND.index(phase) + 1]]}**.")
     decided = phase in ("accept", "commit")
     status = f"{notice}Round {r.index + 1}: {where}.{nxt}"
     if r.tree is not None:  # the tree, its tests and its mask stand in for the chain's table and charts
@@ -202,7 +203,7 @@ ALL_K_WHY = ("Here every round drafts all K, so that you see the rule test sever
 def _same_run(a: RunSettings, b: RunSettings) -> bool:
     """The same run, as far as the form reads it (W and N only with the tree drafter)."""
     def read(s: RunSettings):
-        return s.decode if s.drafter == "tree" else replace(s.decode, **{n: form_defaults()[n] for n in TREE_FIELDS})
+        return s.decode if s.drafter == registry.TREE.name else replace(s.decode, **{n: form_defaults()[n] for n in TREE_FIELDS})
     return (a.prompt, a.drafter, read(a)) == (b.prompt, b.drafter, read(b))
 
 
@@ -282,7 +283,7 @@ def _step(loader: Loader, action: str, session: Session, form: dict, all_k: bool
 def _shape(settings: RunSettings, ran: DecodeConfig, gen) -> tuple[int, int, str] | None:
     """The tree drafter's (W, N, why) as the run recorded them where this machine chose (a trace records
     the shape only); None where the learner set it, or for the other drafters."""
-    if settings.drafter != "tree" or (requested(settings) and isinstance(gen, Generation)):
+    if settings.drafter != registry.TREE.name or (requested(settings) and isinstance(gen, Generation)):
         return None
     why = gen.tree_shape if isinstance(gen, Generation) else f"W = {ran.tree_width}, N = {ran.tree_nodes}, as recorded"
     return ran.tree_width, ran.tree_nodes, why
@@ -313,7 +314,7 @@ def _bug_cannot_show(settings: RunSettings | None) -> tuple[str, str] | None:
         return "At temperature 0 p and q are one-hot, each all on its argmax", "set a temperature above 0 (0.8, say)"
     if sampling.top_k == 1:
         return "At top-k 1 p and q are one-hot, each all on its argmax", "set top-k above 1 (or 0, off)"
-    if settings.drafter == "lookup":
+    if settings.drafter == registry.LOOKUP.name:
         return ("The prompt-lookup drafter's q is one-hot: it copies the tokens that followed a match in the text",
                 "pick the drafter 'draft model'")
     return None
@@ -407,7 +408,7 @@ def build(page: Page, tab_id: str) -> None:
         about = gr.State(None)  # the field the alert is about: a state inside its tab (one beside the tabs broke them)
         with gr.Column(elem_classes=["spec-controls"], elem_id="step-controls"):
             with gr.Row():
-                buttons = {a: gr.Button(PHASE_NAMES[a], min_width=80, size="md", scale=scale, elem_classes=["step-b"])
+                buttons = {a: gr.Button(STEP_NAMES[a], min_width=80, size="md", scale=scale, elem_classes=["step-b"])
                            for a, scale in zip(PHASES_OF_A_ROUND, (2, 2, 3, 4))}
                 buttons["step"] = gr.Button("Step round", variant="primary", min_width=80, size="md", scale=3,
                                             elem_classes=["step-b"])
