@@ -204,15 +204,26 @@ def scratch_copy() -> Path:
     return dest
 
 
-def run_tests(where: Path, timeout: int) -> tuple[bool, str]:
-    """(all passed, the first failing test or the reason)."""
+# The tests of a source file's area run first, so that -x stops at the nearest catch (pytest skips a path given twice).
+AREA_TESTS = {"specdec/model": "tests/model", "specdec/weights": "tests/model", "specdec/decode": "tests/decode",
+              "specdec/teach": "tests/teach", "specdec_ui": "tests/ui", "specdec_ui/tabs": "tests/ui",
+              "specdec": "tests/decode"}
+
+
+def area_tests(path: str) -> list[str]:
+    folder = str(Path(path).parent)
+    return [AREA_TESTS[folder], "tests"] if folder in AREA_TESTS else ["tests"]
+
+
+def run_tests(where: Path, timeout: int, first: list[str] | None = None) -> tuple[bool, str]:
+    """(all passed, the first failing test or the reason); the tests in ``first`` run before the rest."""
     env = {**os.environ, "PYTHONPATH": str(where)}  # the copy, not the editable install
     check = subprocess.run([sys.executable, "-c", "import specdec; print(specdec.__file__)"], cwd=where, env=env,
                            capture_output=True, text=True)
     assert check.stdout.strip().startswith(str(where)), f"imports the wrong specdec: {check.stdout}{check.stderr}"
     try:
         out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                              "-m", "not real and not browser"], cwd=where, env=env, capture_output=True,
+                              "-m", "not real and not browser", *(first or [])], cwd=where, env=env, capture_output=True,
                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {timeout} s"
@@ -253,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             path.write_text(text.replace(m.old, m.new))
             t0 = time.perf_counter()
-            passed, detail = run_tests(where, args.timeout)
+            passed, detail = run_tests(where, args.timeout, area_tests(m.path))
             verdict = "SURVIVED" if passed else "killed  "
             print(f"{m.name:28s} {verdict} {time.perf_counter() - t0:5.0f} s  {detail}", flush=True)
             if passed:
