@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import re
 
 import pytest
 import torch
@@ -212,24 +211,6 @@ def test_readme_headline_is_the_report_of_the_committed_throughput_json():
     for d in runs:
         assert f"**{d['headline']['speculative vs verifier-only, code (geomean)']:.2f}x**" in block
         assert f"{d['headline']['peak resident memory, default run (GiB)']:.2f} GiB" in block
-
-
-def _heading_ids(text: str) -> set[str]:
-    """The ids GitHub gives a page's headings, a repeat suffixed -1, -2, ..."""
-    seen: dict[str, int] = {}
-    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), flags=re.M):
-        slug = report.anchor(heading)
-        seen[slug] = seen.get(slug, -1) + 1
-    return {slug if n == 0 else f"{slug}-{n}" for slug, count in seen.items() for n in range(count + 1)}
-
-
-def test_every_link_to_a_heading_in_the_readme_and_docs_results_has_its_heading():
-    ids = {page: _heading_ids((report.ROOT / page).read_text()) for page in ("README.md", "docs/results.md")}
-    for page in ids:
-        folder = (report.ROOT / page).parent
-        for target, fragment in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", (report.ROOT / page).read_text()):
-            linked = (folder / target).resolve().relative_to(report.ROOT).as_posix() if target else page
-            assert fragment in ids[linked], f"{page} links to {target}#{fragment}, which has no heading"
 
 
 def test_app_overhead_compares_the_same_rounds_and_renders_its_table():
