@@ -1,9 +1,10 @@
 # Two front-door commands; each creates .venv and installs what it needs first.
 #   make app    set up and run the app on the embedded default models (http://127.0.0.1:7860)
 #   make test   set up and run every test (installs test tools and a headless Chromium if missing)
-# More: make test-fast (tiny-model tests only, seconds), make mutants (plant bugs, check the
+# More: make test-fast (tiny-model tests only, minutes), make mutants (plant bugs, check the
 # fast tests catch each), make notebooks (open them in Jupyter), make notebooks-html (run each once and
 # write its page with its figures, for the app's links), make bench, make cli.
+# Each target, and the app's flags (make app ARGS="--port 8000"): docs/guide.md#setting-up.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import re
 
 import pytest
 import torch
@@ -25,7 +24,6 @@ from benchmarks import (
 )
 from benchmarks.chromium import find_chromium
 from benchmarks.common import ROOT
-from benchmarks.tables import anchor
 from specdec.model.timing import ESTIMATOR
 
 # a tiny model's forward takes about a millisecond: a second thread costs more than it saves
@@ -262,24 +260,6 @@ def test_report_writes_each_block_wherever_its_markers_are(tmp_path, capsys):
     results.write_text("# Results\n")
     assert not report.update(tmp_path)
     assert "no page holds the markers" in capsys.readouterr().err
-
-
-def _heading_ids(text: str) -> set[str]:
-    """The ids GitHub gives a page's headings, a repeat suffixed -1, -2, ..."""
-    seen: dict[str, int] = {}
-    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), flags=re.M):
-        slug = anchor(heading)
-        seen[slug] = seen.get(slug, -1) + 1
-    return {slug if n == 0 else f"{slug}-{n}" for slug, count in seen.items() for n in range(count + 1)}
-
-
-def test_every_link_to_a_heading_in_the_readme_and_docs_results_has_its_heading():
-    ids = {page: _heading_ids((ROOT / page).read_text()) for page in ("README.md", "docs/results.md")}
-    for page in ids:
-        folder = (ROOT / page).parent
-        for target, fragment in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", (ROOT / page).read_text()):
-            linked = (folder / target).resolve().relative_to(ROOT).as_posix() if target else page
-            assert fragment in ids[linked], f"{page} links to {target}#{fragment}, which has no heading"
 
 
 def test_app_overhead_compares_the_same_rounds_and_renders_its_table():
