@@ -33,6 +33,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.real)
         if item.get_closest_marker("gpu") is not None and _gpu() is None:
             item.add_marker(pytest.mark.skip(reason=NO_GPU))
+    items.sort(key=lambda item: item.get_closest_marker("alone") is None)  # first, before the pair loads
 
 
 @pytest.fixture(scope="session")

@@ -204,7 +204,7 @@ class GGUFWeights(TensorTable):
 
 def transformers_model(spec: EmbeddedModel, dtype: torch.dtype = torch.float32):
     """transformers' own Qwen2 model of an embedded GGUF, in memory (for the notebooks' and the
-    benchmarks' baselines: the app never needs it). 6 GB in float32 for the verifier."""
+    benchmarks' baselines: the app never needs it). about 7 GB in float32 for the verifier (1.78 billion weights)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     meta = metadata(spec)
     config = AutoConfig.from_pretrained(str(meta))
