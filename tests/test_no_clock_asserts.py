@@ -95,6 +95,8 @@ def _sources():
         for i, cell in enumerate(json.loads(path.read_text())["cells"]):
             if cell["cell_type"] == "code":
                 yield f"{path.name} cell {i}", "".join(cell["source"])
+                for v in cell.get("metadata", {}).get("variants", []):  # an exercise's stated answer, as code
+                    yield f"{path.name} cell {i} variant {v['name']}", v["check"]
     for path in sorted((ROOT / "tests").rglob("*.py")):
         if path.name != Path(__file__).name:
             yield path.name, path.read_text()

@@ -10,8 +10,18 @@ exception: it holds transformers' float32 verifier (about 7 GB), which beside th
 would take ``make test`` past the 8 GB of a learner's laptop. It is marked ``alone``, so it runs
 first, before anything has loaded the session's pair, and the pair it loads itself (after its
 float32 models are gone) is dropped when it ends.
+
+**Exercises.** Each notebook has two to four, each a markdown cell headed ``### Try N`` whose answer
+is hidden in ``<details>``; at least one asks why, or asks the learner to break something and explain
+what they see. An exercise that changes code names its variants (``<!-- variant: NAME -->``); a
+variant lives in the metadata of the code cell the learner edits, ``{"variants": [{"name", "old",
+"new", "check"}]}``: ``old`` appears once in that cell and becomes ``new``, and ``check`` is the
+exercise's stated answer as code. :func:`test_exercise_variant` runs the whole notebook with the
+edit, its own final checks included, and then ``check``: an exercise can never break its notebook.
 """
+import copy
 import ctypes
+import re
 import sys
 from html import escape
 from pathlib import Path
@@ -94,6 +104,78 @@ def test_notebook_executes_on_the_short_budget(path, monkeypatch, request):
     assert outputs and not any(o.get("output_type") == "error" for o in outputs)
     assert any("assert " in c.source for c in nb.cells if c.cell_type == "code"), "a notebook states its checks"
     assert render_script().write_page(nb, path.stem, "short") == notebooks.run_page(path.stem)
+
+
+def variants(nb) -> list[dict]:
+    """The exercise variants of ``nb``, in cell order (see the module docstring)."""
+    return [v for c in nb.cells if c.cell_type == "code" for v in c.metadata.get("variants", [])]
+
+
+def with_variant(nb, name: str):
+    """A copy of ``nb`` with the variant ``name``'s edit made, and its check as a last cell."""
+    nb = copy.deepcopy(nb)
+    (cell, variant), = [(c, v) for c in nb.cells if c.cell_type == "code"
+                        for v in c.metadata.get("variants", []) if v["name"] == name]
+    assert cell.source.count(variant["old"]) == 1, f"variant {name}: {variant['old']!r} must appear once in its cell"
+    cell.source = cell.source.replace(variant["old"], variant["new"])
+    nb.cells.append(nbformat.v4.new_code_cell(variant["check"]))
+    return nb
+
+
+EXERCISE = re.compile(r"^### Try \d+", re.M)
+VARIANT_NAME = re.compile(r"<!-- variant: ([\w-]+) -->")
+
+
+def exercises(nb) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "markdown" and EXERCISE.match(c.source)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercises_hide_their_answers_and_each_names_its_variants(path):
+    nb = nbformat.read(path, as_version=4)
+    found = exercises(nb)
+    assert 2 <= len(found) <= 4, f"{path.name}: {len(found)} exercises (### Try N), 2 to 4 wanted"
+    for text in found:
+        assert "<details>" in text and "<summary>" in text and "</details>" in text, \
+            f"{path.name}: the answer of {text.splitlines()[0]!r} is not hidden in <details>"
+        before = text.split("<details>")[0].lower()
+        assert "answer" not in before, f"{path.name}: {text.splitlines()[0]!r} gives its answer before <details>"
+    assert any(re.search(r"\bwhy\b|\bbreak\b|explain", t.split("<details>")[0], re.I) for t in found), \
+        f"{path.name}: no exercise asks why, or asks to break something and explain"
+    named = [n for t in found for n in VARIANT_NAME.findall(t)]
+    have = [v["name"] for v in variants(nb)]
+    assert sorted(named) == sorted(have) and len(set(have)) == len(have), \
+        f"{path.name}: exercises name variants {sorted(named)}, the cells carry {sorted(have)}"
+    assert all(VARIANT_NAME.search(t) for t in found), f"{path.name}: every exercise runs at least one variant"
+
+
+VARIANTS = [pytest.param(p, v["name"], marks=_marks(p), id=f"{p.stem}:{v['name']}")
+            for p in NOTEBOOKS for v in variants(nbformat.read(p, as_version=4))]
+
+
+@pytest.mark.parametrize("path,name", VARIANTS)
+def test_exercise_variant(path, name, monkeypatch, request):
+    """The notebook with one exercise's edit runs to its end, its own checks included, and the
+    exercise's stated answer holds."""
+    monkeypatch.setenv("SPECDEC_NOTEBOOK_BUDGET", "short")
+    if _needs_models(path) and path.stem not in ALONE:
+        request.getfixturevalue("real_pair")
+    monkeypatch.chdir(ROOT)
+    monkeypatch.syspath_prepend(str(ROOT))
+    run_in_this_process(with_variant(nbformat.read(path, as_version=4), name))
+
+
+def test_a_variant_is_applied_and_its_check_runs():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("k = 4\nx = k * 2", metadata={
+        "variants": [{"name": "k1", "old": "k = 4", "new": "k = 1", "check": "assert x == 2"}]})])
+    varied = with_variant(nb, "k1")
+    assert varied.cells[0].source == "k = 1\nx = k * 2" and varied.cells[-1].source == "assert x == 2"
+    assert nb.cells[0].source == "k = 4\nx = k * 2"  # the original is left as it was
+    run_in_this_process(varied)
+    wrong = with_variant(nb, "k1")
+    wrong.cells[-1].source = "assert x == 8"
+    with pytest.raises(AssertionError, match="code cell 1 failed"):
+        run_in_this_process(wrong)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
