@@ -233,9 +233,9 @@ class LeanQwen2(torch.nn.Module):
             self._restore(weights, restore)
         else:
             self.embed = weights["model.embed_tokens.weight"].to(self.device, embed_dtype)   # (V, E)
-            self.layers = torch.nn.ModuleList(
-                Qwen2Layer.from_weights(s, weights, make, f"model.layers.{i}.", self.device) for i in range(s.layers))
             self.norm = weights["model.norm.weight"].float().to(self.device)
+            # The output layer before the blocks: its temporaries (as large as the embedding) then
+            # come while little else is in memory, so a float32 load peaks near the model's own size.
             head = weights["lm_head.weight" if "lm_head.weight" in weights else "model.embed_tokens.weight"]  # tied
             self.rows = head.shape[0]
             # A draft may score only some tokens (``head_rows``, sorted ids): the others get logit -inf,
@@ -243,6 +243,9 @@ class LeanQwen2(torch.nn.Module):
             # it samples from, so the rule stays lossless; only acceptance can change.
             self.head_rows = None if head_rows is None else head_rows.to(self.device)
             self.head = make(head if head_rows is None else head[head_rows], None)
+            del head
+            self.layers = torch.nn.ModuleList(
+                Qwen2Layer.from_weights(s, weights, make, f"model.layers.{i}.", self.device) for i in range(s.layers))
         self.inv_freq = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.float32) / s.head_dim)
         # a captured graph reads the table where it was: a static model's never regrows
         self._rope_table(getattr(config, "max_position_embeddings", 1024) if static else 1024)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from helpers.browser import (
@@ -435,6 +436,20 @@ def test_an_uploaded_trace_switches_the_step_through_to_it_at_once(page, artifac
     expect(page.get_by_text(re.compile(r"changed: the step-through restarted"))).to_have_count(0)
 
 
+def gap_above(field, message, settle_s: float = 5.0) -> float:
+    """How far ``message``'s top lies above ``field``'s, both read in one frame (two separate reads
+    straddled a scroll once); read again while the page is still moving, for at most ``settle_s``."""
+    both = "([a, b]) => [a.getBoundingClientRect().top, b.getBoundingClientRect().top]"
+    handles = [field.element_handle(), message.element_handle()]
+    last, deadline = None, time.monotonic() + settle_s
+    while True:
+        tops = field.page.evaluate(both, handles)
+        if tops == last or time.monotonic() > deadline:
+            return tops[0] - tops[1]
+        last = tops
+        field.page.wait_for_timeout(100)
+
+
 def test_a_bad_value_shows_its_message_at_the_field_until_it_is_fixed(page, artifacts):
     fill(page, k=2)
     page.get_by_role("button", name="Step round").click()
@@ -447,7 +462,7 @@ def test_a_bad_value_shows_its_message_at_the_field_until_it_is_fixed(page, arti
         page.get_by_role("button", name="Step round").click()
         shown = page.locator(".field-error").get_by_text(message)
         expect(shown).to_be_visible()
-        assert 0 < k.bounding_box()["y"] - shown.bounding_box()["y"] < 120    # right above its input
+        assert 0 < gap_above(k, shown) < 120                           # right above its input
         expect(status(page, "Round 1: drafted, verified, decided and committed.")).to_be_visible()  # nothing lost
     page.screenshot(path=artifacts / "app-invalid.png")
     k.fill("2")
