@@ -2,10 +2,11 @@
 written as the notebook's page, the app's link (so ``make test`` leaves every page rendered, with no
 second run). Outputs are stripped from git.
 
-01 needs no model and runs on a fresh Jupyter kernel, as a learner's would. The notebooks that
-load the embedded pair (marked ``real``) run in a fresh IPython namespace **in this process**:
-their ``load_pair`` then finds the pair this session already loaded (the models are loaded once
-per test session, as everywhere else), instead of loading it again in five kernels. 04 is the
+A notebook that needs no model runs on a fresh Jupyter kernel, as a learner's would. The notebooks
+that load the embedded pair (marked ``real``; all of them, 01 for its opening measurement) run in a
+fresh IPython namespace **in this process**: their ``load_pair`` then finds the pair this session
+already loaded (the models are loaded once per test session, as everywhere else), instead of loading
+it again in each notebook's kernel. 04 is the
 exception: it holds transformers' float32 verifier (about 7 GB), which beside the session's pair
 would take ``make test`` past the 8 GB of a learner's laptop. It is marked ``alone``, so it runs
 first, before anything has loaded the session's pair, and the pair it loads itself (after its
