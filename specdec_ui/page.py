@@ -59,7 +59,8 @@ NOTEBOOK_LINES = {
     "03_acceptance": "acceptance over K × temperature, every definition side by side, the best K for this machine",
     "04_optimisation_journey": "from transformers' generate() to this engine: which speed-ups help here and why",
     "05_runtime_vs_algorithm": "the same models in llama.cpp: when a verification costs about one step",
-    "06_token_trees": "token trees: the draft's second guess, the tree rule by hand, the mask, when trees pay here",
+    "06_token_trees": "token trees: the draft's second guess, the rule for siblings and its proof, trees drafted on the fly",
+    "07_tree_attention_and_shape": "the tree attention mask, what a tree forward costs here, the best tree shape for this machine",
 }
 # The one style as CSS custom properties, read by style.css with var(--spec-...).
 MARK_NAMES = {" ": "space", "\t": "tab", "\n": "newline"}
