@@ -16,10 +16,12 @@ although its second or third choice there is often the verifier's token. A tree 
   temperature 0).
 - **Cache**: both caches then keep only the accepted path (:meth:`specdec.model.lm.CachedLM.keep`).
 
-Lossless by construction: how many children a node gets is decided before they are drawn (from
-the draft alone: the node's path probability and the budget), and its children are kept in draw
-order, so a child's presence never depends on its own value. (Pruning drafted children by their
-own probability, EAGLE-2's final re-ranking, would bias the test at temperature > 0.)
+Lossless by construction: the condition is that each child's presence is settled before that
+child is drawn (it may depend on the earlier siblings, never on its own value) and children are
+tested in draw order. Here it holds in its simplest form: how many children a node gets is decided
+before any is drawn (from the draft alone: the node's path probability and the budget). Pruning or
+re-ranking drawn children by their own probability (as EAGLE-2's final re-ranking does) would bias
+this rule at temperature > 0; notebook 06, section 3, checks both by exact enumeration.
 
 A tree is a :class:`~specdec.decode.proposal.Proposal` like every drafter's (a chain is the tree whose
 node j has parent j - 1); its structure (children, depths, ancestors, the attention mask) is here.
