@@ -276,7 +276,8 @@ def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:
         fig.add_trace(go.Scatter(x=s.running_a[-1:], y=s.running_tokens[-1:], mode="markers", name="now",
                                  marker=dict(color="#dc2626", size=12)))
     return _layout(fig, "Tokens per round against the theory",
-                   subtitle="(1 − a^(K+1)) / (1 − a), " + ("K = each tree's depth" if tree else "each round's K"),
+                   subtitle="(1 − a^(K+1)) / (1 − a), " + ("K = each tree's depth" if tree else "each round's K")
+                   + "<br>if every draft is kept independently with probability a",
                    xaxis_title="acceptance a (steps kept / tried)" if tree else "acceptance a (kept / tested)",
                    yaxis_title="tokens per round", xaxis=dict(range=[0, 1]), yaxis=dict(range=[0, k + 1.2]))
 
@@ -341,7 +342,7 @@ def race_figure(runs: list[tuple[str, str, list[RoundTrace]]]) -> go.Figure:
 
 
 def speedup_figure(m: CostModel, k_max: int) -> go.Figure:
-    """S(K) = E(a, K) / (K c + v(K)) over a constant K, with the measured run on it."""
+    """S(K) = E(a, K) / (K c + v(K)) over a constant K (:class:`CostModel`), with the measured speed-up on it."""
     ks = list(range(1, max(k_max, 8) + 1))
     fig = go.Figure([
         go.Scatter(x=ks, y=[m.speedup(k) for k in ks], mode="lines+markers", name="predicted S(K), constant K",

@@ -161,17 +161,19 @@ def verify_cost_text(rows: int, verify_s: float, step_fit: tuple[float, float] |
 
 def cost_details(k: int, verify_s: float, step_fit: tuple[float, float] | None) -> str:
     """The letters behind :func:`verify_cost_text`, for a "cost details" toggle: the fitted line and this
-    forward in one-token steps, v(K) = t(K + 1) / t(1), as the Compare tab's speed-up formula uses it.
-    "" while no fit is at hand."""
+    forward in one-token forwards, t(K + 1) / t(1), and how the Compare tab's v(K) differs from it
+    (docs/notation.md). "" while no fit is at hand."""
     if step_fit is None:
         return ""
     t_f, t_r = step_fit
     ms, step = 1e3 * verify_s, t_f + t_r
     return (f"The fit: t(L) = t_f + t_r·L = {t_f:.0f} + {t_r:.1f}·L ms for a verifier forward over L positions, timed on "
-            f"this machine once after the models loaded (docs/notation.md). So a one-token step is t(1) = {step:.0f} ms, "
-            f"the line predicts t({k + 1}) = {t_f + t_r * (k + 1):.0f} ms for this forward, and it took {ms:.0f} ms: "
-            f"v(K) = this forward / t(1) = {ms / step:.2f} steps for K = {plural(k, 'drafted token', 'drafted tokens')}, "
-            "the v(K) of the Compare tab's speed-up S(K): the forward pays when v(K) is well under K + 1.")
+            f"this machine once after the models loaded (docs/notation.md). So a one-token forward is t(1) = {step:.0f} "
+            f"ms, the line predicts t({k + 1}) = {t_f + t_r * (k + 1):.0f} ms for this forward, and it took {ms:.0f} ms: "
+            f"this forward / t(1) = {ms / step:.2f} one-token forwards for K = "
+            f"{plural(k, 'drafted token', 'drafted tokens')}. The forward pays when that is well under K + 1. The "
+            "Compare tab's v(K) is the same kind of ratio for a whole verification: the forward with the accept/reject "
+            "and rollback around it, over a verifier-only step t1 measured in the race.")
 
 
 def explain(r: RoundTrace, phase: str, drafter: str = MODEL.name, greedy: bool = False,

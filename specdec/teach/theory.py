@@ -1,17 +1,18 @@
 """The expected gain of speculation (Leviathan et al. 2023, Section 3), fed with measured costs.
 
-With i.i.d. acceptance a and K drafts a round emits E(a, K) = (1 - a^(K+1)) / (1 - a) tokens
-(Section 3.1, eq. 1). In units of one verifier-only step (time t1 per token), drafting costs c per
-drafted token and a round's verification (K+1 positions, with the accept/reject and rollback
-around it) costs v(K), so the speed-up is
+If every draft is kept independently with the same probability a (i.i.d.), a round of K drafts
+emits E(a, K) = (1 - a^(K+1)) / (1 - a) tokens (Section 3.1, equation 1). In units of one
+verifier-only step t1, drafting costs c per drafted token and a round's verification (K+1 rows,
+with the accept/reject and rollback around it) costs v(K), so the speed-up is
 
     S(K) = E(a, K) / (K c + v(K))
 
-(the paper's Theorem 3.8 takes v = 1; on a CPU a K+1-row forward costs more than a 1-row one, so
-v is measured). Everything here is computed from the phase times of runs the engine traced: c
-and v from a speculative run, t1 from a verifier-only run of the same settings, v(K) from a
-straight-line fit of the verification time over the rows it covered, t(L) = t_f + t_r L
-(:func:`specdec.model.timing.fit_line`). The names are those of docs/notation.md.
+(Section 3.3: Definition 3.7 defines c, and Theorem 3.8 is S with v = 1; on a CPU a K+1-row
+verification costs more than a step, so v is measured). :class:`CostModel` is the one place c,
+v(K) and S(K) are computed, from traced rounds: t1 from a verifier-only run, c from a speculative
+run, and v(K) from a line fitted (:func:`specdec.model.timing.fit_line`) to every round's time
+outside drafting against the rows it verified. The names and why t1 is measured, not fitted, are
+on docs/notation.md.
 
 Pure functions of :class:`~specdec.trace.RoundTrace` records: no model, no UI.
 """
@@ -24,7 +25,8 @@ from specdec.trace import RoundTrace
 
 
 def tokens_per_round(a: float, k: int) -> float:
-    """E(a, K) = (1 - a^(K+1)) / (1 - a): expected tokens per round for i.i.d. acceptance a."""
+    """E(a, K) = (1 - a^(K+1)) / (1 - a): expected tokens per round when every draft is kept
+    independently with the same probability a (i.i.d.)."""
     return k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
 
 
@@ -73,15 +75,16 @@ def decode_tokens_per_s(rounds: list[RoundTrace]) -> float:
 
 @dataclass(frozen=True)
 class CostModel:
-    """What one speculative run and one verifier-only run measured, in seconds and rounds."""
+    """What a verifier-only run and a speculative run of the same settings measured (seconds,
+    rounds), and the theory's c, v(K) and S(K) from them (docs/notation.md)."""
 
-    t1: float            # verifier-only: seconds per token (one round = one token)
-    draft_per_token: float  # speculative: drafting seconds per drafted token
-    t_f: float           # verification (forward, accept/reject, rollback, other) = t_f + t_r L seconds,
-    t_r: float           # L = the rows the verifier read (drafts + 1)
-    a: float             # acceptance, kept / tested
-    k_mean: float        # drafts per round, on average
-    measured: float      # the speculative run's decode speed-up over the verifier-only run
+    t1: float               # a verifier-only step, measured: seconds per token of the verifier-only run
+    draft_per_token: float  # drafting seconds per drafted token, in the speculative run
+    verify_fixed: float     # a round's time outside drafting = verify_fixed + verify_per_row·L seconds, fitted
+    verify_per_row: float   # over every round of both runs; L = the rows verified (drafts + 1; verifier-only: 1)
+    a: float                # acceptance, kept / tested, of the speculative run
+    k_mean: float           # drafts per round, on average
+    measured: float         # the measured speed-up: verifier-only decode time per token / speculative's
 
     @property
     def c(self) -> float:
@@ -89,28 +92,30 @@ class CostModel:
         return self.draft_per_token / self.t1
 
     def v(self, k: int) -> float:
-        """A round's verification at K drafts (K+1 rows), in verifier-only steps."""
-        return (self.t_f + self.t_r * (k + 1)) / self.t1
+        """A round's verification at K drafts (K+1 rows, with the accept/reject and rollback around
+        it), in verifier-only steps: the fitted line at L = K + 1 over t1."""
+        return (self.verify_fixed + self.verify_per_row * (k + 1)) / self.t1
 
-    def speedup(self, k: int) -> float:
-        """S(K) = E(a, K) / (K c + v(K)) for a constant K."""
-        return tokens_per_round(self.a, k) / (k * self.c + self.v(k))
+    def speedup(self, k: int, a: float | None = None) -> float:
+        """S(K) = E(a, K) / (K c + v(K)) for a constant K; ``a`` defaults to the run's."""
+        return tokens_per_round(self.a if a is None else a, k) / (k * self.c + self.v(k))
 
-    def best_k(self, k_max: int) -> int:
-        return max(range(1, k_max + 1), key=self.speedup)
-
+    def best_k(self, k_max: int, a: float | None = None) -> int:
+        """The K in 1..k_max with the largest S(K)."""
+        return max(range(1, k_max + 1), key=lambda k: self.speedup(k, a))
 
 
 def cost_model(base: list[RoundTrace], spec: list[RoundTrace]) -> CostModel | None:
     """The costs of ``spec`` (speculative) against ``base`` (verifier-only, same settings); None
-    when either has no rounds or ``spec`` drafted nothing."""
+    when either has no rounds or ``spec`` drafted nothing. ``spec`` may pool runs of several K:
+    the line then has a point at every K + 1."""
     drafted = sum(r.drafted for r in spec)
     if not base or not spec or not drafted:
         return None
     t1 = _decode_time(base) / sum(len(r.emitted) for r in base)
     verify = lambda r: r.times.total - r.times.draft  # noqa: E731 - everything but drafting
     rows = [1.0] * len(base) + [r.drafted + 1.0 for r in spec]  # every traced round is a point
-    t_f, t_r = fit_line(rows, [verify(r) for r in base + spec])
+    fixed, per_row = fit_line(rows, [verify(r) for r in base + spec])
     measured = decode_tokens_per_s(spec) / decode_tokens_per_s(base)
-    return CostModel(t1, sum(r.times.draft for r in spec) / drafted, t_f, t_r, acceptance(spec),
+    return CostModel(t1, sum(r.times.draft for r in spec) / drafted, fixed, per_row, acceptance(spec),
                      drafted / len(spec), measured)

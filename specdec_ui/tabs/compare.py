@@ -181,10 +181,12 @@ def why_markdown(m, rounds: list[RoundTrace], noise: float = 0.0, text_kind: str
             f"drafting, {cost - drafting:.2f} verifying and deciding): {per_round:.2f} / {cost:.2f} = "
             f"{m.measured:.2f}x.{_noise_clause(m.a, noise)}{text_kind} Measured here: a drafted token costs "
             f"**c = {m.c:.2f}** of a verifier-only step ({1e3 * m.draft_per_token:.0f} ms against {1e3 * m.t1:.0f} ms); "
-            f"a verification of K+1 positions costs **v(K) = {m.v(k):.2f}** steps at the K drafted (the line "
-            f"{1e3 * m.t_f:.0f} + {1e3 * m.t_r:.1f}·(K+1) ms, fitted to every round's verification); **a = {m.a:.2f}** "
+            f"a verification of K+1 positions, with the accept/reject and rollback around it, costs **v(K) = "
+            f"{m.v(k):.2f}** steps at the K drafted (the line {1e3 * m.verify_fixed:.0f} + {1e3 * m.verify_per_row:.1f}"
+            f"·(K+1) ms, fitted to every round's time outside drafting); **a = {m.a:.2f}** "
             f"(the column's a, kept / tested), with **K = {m.k_mean:.1f}** drafted per round on average. The theory "
-            f"S(K) = (1 − a^(K+1)) / ((1 − a)(K·c + v(K))) predicts **{m.speedup(k):.2f}x** at K = {k} and is best "
+            f"S(K) = (1 − a^(K+1)) / ((1 − a)(K·c + v(K))), which takes every draft as kept independently with "
+            f"probability a, predicts **{m.speedup(k):.2f}x** at K = {k} and is best "
             f"at **K = {best}** ({m.speedup(best):.2f}x). A cheaper draft (smaller c) or a more faithful one (larger "
             "a) moves the whole curve up.")
 

@@ -112,8 +112,12 @@ def test_the_cost_model_on_rounds_whose_times_are_set_by_hand():
     m = cost_model(base, spec)
     assert decode_tokens_per_s(base) == pytest.approx(10.0) and decode_tokens_per_s(spec) == pytest.approx(8 / 0.38)
     assert m.t1 == pytest.approx(0.1) and m.c == pytest.approx(0.1)            # 10 ms per drafted token / 100 ms
-    assert (m.t_f, m.t_r) == pytest.approx((0.0875, 0.0125))                  # the line through (1, 100) and (5, 150) ms
+    assert (m.verify_fixed, m.verify_per_row) == pytest.approx((0.0875, 0.0125))  # the line through (1, 100), (5, 150) ms
     assert m.v(4) == pytest.approx(1.5) and m.a == pytest.approx(6 / 7) and m.k_mean == 4
+    # t1 is the verifier-only step as measured; the line passes through it (its L = 1 points): v(0) = 1
+    assert m.v(0) == pytest.approx(1.0)
     assert m.measured == pytest.approx((8 / 0.38) / 10.0)
     assert m.speedup(4) == pytest.approx(tokens_per_round(6 / 7, 4) / (4 * 0.1 + 1.5))
+    assert m.speedup(4, a=0.5) == pytest.approx(tokens_per_round(0.5, 4) / (4 * 0.1 + 1.5))  # another a, same costs
+    assert m.best_k(8, a=0.0) == 1 and m.best_k(8) == max(range(1, 9), key=m.speedup)
     assert cost_model(base, [rnd(0.0, 0.1)]) is None                           # nothing drafted: no model

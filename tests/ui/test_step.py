@@ -246,7 +246,7 @@ def test_the_verify_text_teaches_the_premise_with_this_machines_numbers(loader):
     assert "busy" not in text and "slow" not in text                          # 52 ms is what the line predicts (51.5)
     details = cost_details(4, 0.052, (31.0, 4.1))
     assert "t(L) = t_f + t_r·L = 31 + 4.1·L ms" in details and "t(5) = 52 ms" in details
-    assert "v(K) = this forward / t(1) = 1.48 steps for K = 4 drafted tokens" in details
+    assert "this forward / t(1) = 1.48 one-token forwards for K = 4 drafted tokens" in details and "v(K)" in details
     assert cost_details(4, 0.052, None) == ""
     # a forward far slower than the line predicts, and one no cheaper than the separate steps, say why
     slow = explain(replace(r, times=replace(r.times, verify=0.090)), "verify", step_fit=(31.0, 4.1))
