@@ -19,9 +19,10 @@ although its second or third choice there is often the verifier's token. A tree 
 Lossless by construction: the condition is that each child's presence is settled before that
 child is drawn (it may depend on the earlier siblings, never on its own value) and children are
 tested in draw order. Here it holds in its simplest form: how many children a node gets is decided
-before any is drawn (from the draft alone: the node's path probability and the budget). Pruning or
-re-ranking drawn children by their own probability (as EAGLE-2's final re-ranking does) would bias
-this rule at temperature > 0; notebook 06, section 3, checks both by exact enumeration.
+before any is drawn (from the draft alone: the node's path probability and the budget). Pruning
+drawn children by their own probability (EAGLE-2's final step keeps only its best-scoring nodes), or
+testing them in another order than drawn, would bias this rule at temperature > 0; notebook 06,
+section 3, checks both by exact enumeration.
 
 A tree is a :class:`~specdec.decode.proposal.Proposal` like every drafter's (a chain is the tree whose
 node j has parent j - 1); its structure (children, depths, ancestors, the attention mask) is here.
