@@ -141,7 +141,7 @@ GREEDY_TREE_BANNER = ("**Temperature 0: the rule has nothing to decide.** The wa
 def _cost_details(r: RoundTrace, phase: str, step_fit: tuple[float, float] | None) -> str:
     """The Verify text's letters (the fit, v(K)) behind a toggle, for the learner who wants them."""
     details = cost_details(r.drafted, r.times.verify, step_fit) if phase == "verify" and r.drafted else ""
-    return (f'\n\n<details class="spec-details"><summary>Cost details: the fit and v(K)</summary>\n\n{details}\n\n'
+    return (f'\n\n<details class="spec-details"><summary>Cost details: the fit, and this forward in one-token forwards</summary>\n\n{details}\n\n'
             "</details>") if details else ""
 
 
