@@ -39,7 +39,7 @@ def steps(prompt: str) -> tuple[Step, ...]:
     return (
         Step("1 · The rule on six words", RULE,
              "Drag a q slider: watch where p and q overlap (β) and what the residual gives back; then press "
-             "**Sample N times** to see the rule land on p and a classic bug miss it."),
+             "**Sample M times** to see the rule land on p and a classic bug miss it."),
         Step("2 · One real round", STEP,
              "Press **Draft**, **Verify**, **Accept/reject**, **Commit and roll back** in turn: six drafts, the "
              "verifier's p for all of them from one forward, which are kept, and what replaced the first one rejected.",

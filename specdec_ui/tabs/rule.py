@@ -56,7 +56,7 @@ BUG_WHY = {
 }
 SAMPLE_SIZES = (1_000, 10_000, 100_000)
 K_MAX = 16
-SAMPLE_INTRO = "Press **Sample N times** to run the rule and the bug N times each on the p and q above."
+SAMPLE_INTRO = "Press **Sample M times** to run the rule and the bug M times each on the p and q above."
 WEIGHTS = ("Weights from 0 to 100, one per token: each column is divided by its total, so they need not add up "
            "to 100 (the table shows p and q normalised).")
 
@@ -299,7 +299,7 @@ def sample(labels, p_weights, q_weights, n, bug: str, seed: int = 0) -> RuleSamp
     if isinstance(pq, Problem):
         return pq
     if n not in SAMPLE_SIZES:
-        return Problem(f"N must be one of {', '.join(f'{s:,}' for s in SAMPLE_SIZES)} (got {n!r}).", "n")
+        return Problem(f"M must be one of {', '.join(f'{s:,}' for s in SAMPLE_SIZES)} (got {n!r}).", "n")
     if bug not in BUGS:
         return Problem(f"Pick a bug from the list: {', '.join(BUGS.values())} (got {bug!r}).", "bug")
     p, q = (t.float() for t in pq)
@@ -307,7 +307,7 @@ def sample(labels, p_weights, q_weights, n, bug: str, seed: int = 0) -> RuleSamp
     bound, exact = hist.noise_bound, tv_distance(exact_emitted(p, q, bug), p)
     where = lambda tv: "within the bound: lands on p" if tv <= bound else "**outside the bound: lands off p**"  # noqa: E731
     lines = [f"{n:,} one-draft rounds each (seed {seed}). TV = ½ Σ |freq − p|, the total variation of a histogram "
-             f"from p; the noise bound 1.5 · Σ √(p(1 − p)/N) = **{bound:.3f}** is what sampling noise alone may give "
+             f"from p; the noise bound 1.5 · Σ √(p(1 − p)/M) = **{bound:.3f}** is what sampling noise alone may give "
              "(docs/notation.md).",
              f"* **The rule** (draft x from q, keep it iff u ≤ p(x)/q(x), else draw from the residual; "
              f"`specdec.decode.rule.verify`): TV from p = **{hist.tv_correct:.3f}**, {where(hist.tv_correct)}.",
@@ -385,11 +385,11 @@ def build(page: Page, tab_id: str) -> None:
             view["k_chart"] = gr.Plot(first.k_chart, show_label=False, min_width=300)
         gr.Markdown("### Sample: the rule against a classic bug")
         with gr.Row():
-            n = gr.Radio([(f"{s:,}", s) for s in SAMPLE_SIZES], value=10_000, label="N, rounds to sample",
+            n = gr.Radio([(f"{s:,}", s) for s in SAMPLE_SIZES], value=10_000, label="M, rounds to sample",
                          min_width=200)
             bug = gr.Radio([(words, key) for key, words in BUGS.items()], value="argmax", label="Classic bug",
                            min_width=240)
-            sample_b = gr.Button("Sample N times", variant="primary", min_width=180, scale=0)
+            sample_b = gr.Button("Sample M times", variant="primary", min_width=180, scale=0)
         summary = gr.Markdown(SAMPLE_INTRO)
         histogram = gr.Plot(visible=False, show_label=False)
 

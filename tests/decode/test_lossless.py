@@ -3,7 +3,7 @@
 Single round: 200k vectorised trials of the pure rule on a toy vocabulary, with temperature,
 top-k and top-p on; the histogram of each emitted position must be within ``noise_bound`` of p
 (``specdec.teach.experiment.tv_noise_bound``, the project's one bound):
-1.5 * sum_v sqrt(p(1-p)/N), about four times the expected total-variation noise of N samples
+1.5 * sum_v sqrt(p(1-p)/M), about four times the expected total-variation noise of M samples
 (<= 0.01 at position 1) and several times smaller than TV(q, p), so a wrong rule (or argmax
 drafting) fails. Multi-round: the whole engine on tiny random models against the exact
 verifier marginals.

@@ -50,7 +50,7 @@ def idle_url():
 def rule_tab(pg):
     tab = pg.get_by_role("tab", name="Rule")
     tab.click()
-    expect(pg.get_by_role("button", name="Sample N times")).to_be_visible()
+    expect(pg.get_by_role("button", name="Sample M times")).to_be_visible()
 
 
 def beta_and_acceptance(pg) -> tuple[float, float]:
@@ -80,7 +80,7 @@ def check_presets_and_bugs(pg, artifacts, viewport, name):
     pg.screenshot(path=artifacts / f"app-rule-{name}.png", full_page=True)
     for bug in BUGS:
         pg.get_by_role("radio", name=bug, exact=True).check()
-        pg.get_by_role("button", name="Sample N times").click()
+        pg.get_by_role("button", name="Sample M times").click()
         expect(pg.get_by_text(re.compile(rf"^The bug, {re.escape(bug)}"))).to_be_visible()
         rule, wrong, bound = sampled(pg)
         assert rule <= bound < wrong, (bug, rule, bound, wrong)
@@ -90,7 +90,7 @@ def check_presets_and_bugs(pg, artifacts, viewport, name):
     assert pg.evaluate(WIDE) <= viewport["width"]
     pg.screenshot(path=artifacts / f"app-rule-sample-{name}.png", full_page=True)
     pg.get_by_role("button", name="q = p", exact=True).click()       # another q: the sample on show is cleared
-    expect(pg.get_by_text(re.compile(r"^Press Sample N times to run the rule"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"^Press Sample M times to run the rule"))).to_be_visible()
     expect(pg.locator(".js-plotly-plot .legendtext").filter(has_text=re.compile(r"^the rule: TV"))).to_have_count(0)
 
 
@@ -149,9 +149,9 @@ def test_the_keyboard_moves_k_and_reaches_and_presses_the_sample_button(browser,
         pg.keyboard.press("Space")
         for _ in range(6):                                            # the button is the next stop or close by
             pg.keyboard.press("Tab")
-            if pg.evaluate("document.activeElement.innerText") == "Sample N times":
+            if pg.evaluate("document.activeElement.innerText") == "Sample M times":
                 break
-        assert pg.evaluate("document.activeElement.innerText") == "Sample N times"
+        assert pg.evaluate("document.activeElement.innerText") == "Sample M times"
         assert pg.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"  # a visible ring
         pg.keyboard.press("Enter")
         expect(pg.get_by_text(re.compile(r"^The bug, residual not normalised"))).to_be_visible()

@@ -49,7 +49,7 @@ def test_the_start_here_path_is_above_the_fold_and_each_step_opens_its_tab(brows
 
         first.click()
         selected(pg, "Rule")
-        expect(pg.get_by_role("button", name="Sample N times")).to_be_visible()
+        expect(pg.get_by_role("button", name="Sample M times")).to_be_visible()
         pg.get_by_role("button", name=STEPS[1]).click()
         selected(pg, "Step through")
         expect(pg.get_by_role("checkbox", name=ALL_K_LABEL)).to_be_checked()
