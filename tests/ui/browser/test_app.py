@@ -732,7 +732,7 @@ def test_at_400_px_the_sidebar_closes_clear_and_small_things_read(browser, url, 
         pg.screenshot(path=artifacts / "app-rule-top-400px.png")
         pg.get_by_role("tab", name="Run").click()
         pg.get_by_role("button", name="Toggle Sidebar").click()
-        fill(pg, max_new_tokens=40)
+        fill(pg, prompt=SKY, max_new_tokens=40)                      # prose: sentences longer than 400 px
         pg.get_by_role("button", name="Toggle Sidebar").click()
         pg.get_by_role("button", name="Run", exact=True).click()
         expect(pg.get_by_text(re.compile(r"^Finished \("))).to_be_visible()

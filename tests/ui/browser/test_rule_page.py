@@ -66,7 +66,7 @@ def sampled(pg) -> tuple[float, float, float]:
     bug = pg.locator("li").filter(has_text=re.compile(r"^The bug, ")).inner_text()
     number = lambda pattern, s: float(re.search(pattern, s).group(1))  # noqa: E731
     return (number(r"TV from p = ([\d.]+)", rule), number(r"TV from p = ([\d.]+)", bug),
-            number(r"1\.5 · Σ √\(p\(1 − p\)/N\) = ([\d.]+)", text))
+            number(r"1\.5 · Σ √\(p\(1 − p\)/M\) = ([\d.]+)", text))
 
 
 def check_presets_and_bugs(pg, artifacts, viewport, name):
