@@ -77,7 +77,7 @@ def run_in_this_process(nb) -> None:
             cell.execution_count = i + 1
             cell.outputs = [nbformat.v4.new_output("stream", name=n, text=t)
                             for n, t in (("stdout", out.stdout), ("stderr", out.stderr)) if t]
-            cell.outputs += [nbformat.v4.new_output("display_data", data=o.data) for o in out.outputs]
+            cell.outputs += [nbformat.v4.new_output("display_data", data=o.data) for o in out.outputs if o.data]
             if not result.success:
                 raise AssertionError(f"code cell {i} failed:\n{cell.source[:400]}\n---\n{out.stdout[-3000:]}")
             if MALLOC_TRIM is not None:
