@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from specdec.teach.style import BASELINE_COLOR, P_COLOR, Q_COLOR
 from specdec.teach.theory import round_timeline, tokens_per_round
-
-P_COLOR, Q_COLOR = "#2563eb", "#ea580c"
 
 
 def timeline_figure(k: int, c: float, v: float, a: float | None = None) -> go.Figure:
     """One round's forwards against plain decoding over the same time (verifier-only steps on the x
     axis): K draft forwards at c each, then one verification of K+1 rows at v(K). With ``a`` the title
     says what the round emits on average, E(a, K), against the plain tokens in the same time."""
-    colors = {"draft": Q_COLOR, "verify": P_COLOR, "token": "#6b7280"}
+    colors = {"draft": Q_COLOR, "verify": P_COLOR, "token": BASELINE_COLOR}  # the draft's, the verifier's, plain
     fig = go.Figure()
     for lane, label, start, width in round_timeline(k, c, v):
         kind = label.split()[0]
@@ -26,7 +25,7 @@ def timeline_figure(k: int, c: float, v: float, a: float | None = None) -> go.Fi
     total = k * c + v
     title = f"One round: K = {k} drafts at c = {c:.2f} each, then v(K) = {v:.2f}: {total:.2f} verifier-only steps"
     if a is not None:
-        title += (f"<br>it emits E(a, K) = {tokens_per_round(a, k):.2f} tokens on average at a = {a:.2f}; "
+        title += (f"<br>it emits E(a, K) = {tokens_per_round(a, k):.2f} tokens on average at a = {a:.2f} (i.i.d.); "
                   f"plain decoding emits {total:.2f} in the same time")
     fig.update_layout(template="plotly_white", height=260, barmode="overlay", xaxis_title="time, in verifier-only steps",
                       yaxis=dict(autorange="reversed"), title=dict(text=title, font_size=14),

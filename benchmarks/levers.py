@@ -8,8 +8,8 @@
    so this machine's drift hits them alike.
 2. **End to end**: speculative decoding with the default verifier and each draft variant (and
    the hybrid drafter, and the draft's sampling path at T = 0 with and without its fast path) on
-   held-out code prompts: tok/s, acceptance, tokens per round and c, the draft phase's time per
-   drafted token over the verify phase's time per round (the engine's own trace).
+   held-out code prompts: tok/s, acceptance, tokens per round and draft / verify, the draft phase's
+   time per drafted token over the verify phase's time per round (the engine's own trace).
 3. ``--compile``: ``torch.compile`` of the draft's layers (inductor), its compile time and
    forward cost against eager.
 
@@ -27,7 +27,7 @@ import torch
 from benchmarks.common import ROOT, environment, write_json
 from benchmarks.profile import CONTEXT
 from benchmarks.tables import estimator, fmt
-from benchmarks.throughput import draft_cost_ratio
+from benchmarks.throughput import draft_vs_verify
 from specdec import DecodeConfig
 from specdec.decode.drafters import ModelDrafter
 from specdec.decode.engine import Generation, stop_ids_of
@@ -69,11 +69,11 @@ def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig, fast_greedy: bo
     tokens = sum(len(g.token_ids) for g in gens)
     wall = sum(g.summary().wall_s for g in gens)
     drafted = sum(g.summary().drafted for g in gens)
-    cs = sorted(c for c in map(draft_cost_ratio, gens) if c is not None)
+    ratios = sorted(x for x in map(draft_vs_verify, gens) if x is not None)
     return {"tok_s": tokens / wall, "tokens": tokens,
             "acceptance": sum(g.summary().accepted for g in gens) / drafted if drafted else None,
             "tokens_per_round": tokens / sum(len(g.rounds) for g in gens),
-            "c_median": cs[len(cs) // 2] if cs else None, "token_ids": [g.token_ids for g in gens]}
+            "draft_vs_verify_median": ratios[len(ratios) // 2] if ratios else None, "token_ids": [g.token_ids for g in gens]}
 
 
 def general_path(pair: ModelPair, prompt: str, cfg: DecodeConfig) -> Generation:
@@ -132,13 +132,13 @@ def render(d: dict) -> str:
     if d.get("end_to_end"):
         st = d["end_to_end_settings"]
         out += [f"End to end, {len(st['prompts'])} held-out code prompts x {st['max_new_tokens']} new tokens, "
-                f"K = {st['k']}, confidence {st['confidence']}, T = 0 (c: draft time per drafted token over "
-                "verify time per round, median over prompts):", "",
-                "| configuration | tok/s | acceptance | tokens/round | c | same tokens as verifier-only |",
+                f"K = {st['k']}, confidence {st['confidence']}, T = 0 (draft / verify: draft time per drafted "
+                "token over verify time per round, median over prompts):", "",
+                "| configuration | tok/s | acceptance | tokens/round | draft / verify | same tokens as verifier-only |",
                 "|---|---:|---:|---:|---:|:---:|"]
         for name, e in d["end_to_end"].items():
             out.append(f"| {name} | {e['tok_s']:.2f} | {fmt(e['acceptance'], '%')} | "
-                       f"{fmt(e['tokens_per_round'], 'f')} | {fmt(e['c_median'], 'f')} | "
+                       f"{fmt(e['tokens_per_round'], 'f')} | {fmt(e['draft_vs_verify_median'], 'f')} | "
                        f"{'yes' if e['identical_to_verifier_only'] else 'no'} |")
         out.append("")
     c = d.get("compile")
@@ -196,7 +196,7 @@ def main(argv=None) -> int:
                                                                                            fast_greedy=False)
     for label, r in e2e.items():
         r["identical_to_verifier_only"] = r.pop("token_ids") == base_ids
-        log(f"{label:70s} {r['tok_s']:6.2f} tok/s  c {r['c_median'] or 0:.3f}  acceptance {r['acceptance'] or 0:.2f}"
+        log(f"{label:70s} {r['tok_s']:6.2f} tok/s  draft / verify {r['draft_vs_verify_median'] or 0:.3f}  acceptance {r['acceptance'] or 0:.2f}"
             f"  identical {r['identical_to_verifier_only']}")
     del drafts
     gc.collect()

@@ -2,8 +2,8 @@
 our own verifier-only decoding, transformers (greedy and assisted generation, same weights and
 kernels) and llama.cpp (greedy, and its own draft-model speculation ``llama-speculative-simple``
 at several draft lengths: same GGUF files, same thread count), in one run. Every speculative run
-reports c, the draft's cost per drafted token over the verifier's cost per round, from the
-engine's own trace. Writes JSON; ``benchmarks/report.py`` turns it into the tables of docs/results.md and the README's headline.
+reports draft / verify, the draft's time per drafted token over the verify phase's time per round,
+from the engine's own trace. Writes JSON; ``benchmarks/report.py`` turns it into the tables of docs/results.md and the README's headline.
 
     python -m benchmarks.throughput            # full: 8 prompts x 128 tokens (~25 min on 2 cores)
     python -m benchmarks.throughput --quick    # 3 prompts x 48 tokens, no sweeps (~5 min)
@@ -55,9 +55,12 @@ SAMPLED_GROUP = "code, T=0.7 top-p 0.95"
 SPEC_N_MAX = (3, 6, 8)  # llama.cpp's draft lengths tried; its best counts
 
 
-def draft_cost_ratio(gen) -> float | None:
-    """c = (draft phase time per drafted token) / (verify phase time per round), over the rounds
-    that drafted: the draft's sampling and bookkeeping count, prompt lookup's zero-cost drafts too."""
+def draft_vs_verify(gen) -> float | None:
+    """draft / verify = (draft phase time per drafted token) / (verify phase time per round), over the
+    rounds that drafted: the draft's sampling and bookkeeping count, prompt lookup's zero-cost drafts
+    too. It needs no verifier-only run. It is not the card's c (docs/notation.md), whose unit is a
+    verifier-only step t1 and which :class:`specdec.teach.theory.CostModel` computes: dividing by a
+    verification rather than by t1, it comes out near c / v(K)."""
     rounds = [r for r in gen.rounds if r.positions]
     drafted = sum(len(r.positions) for r in rounds)
     if not drafted:
@@ -73,7 +76,7 @@ def ours(pair, prompt, cfg, drafter):
            "target_forwards": s.target_forwards, "drafted": s.drafted, "accepted": s.accepted,
            "acceptance": s.acceptance_rate, "tokens_per_round": s.mean_tokens_per_round,
            "overhead_share": s.overhead_share, "phase_totals": s.phase_totals, "token_ids": gen.token_ids,
-           "c": draft_cost_ratio(gen)}
+           "draft_vs_verify": draft_vs_verify(gen)}
     if drafter == "hybrid":
         out["lookup_rounds"] = sum(r.drafted_by == "lookup" for r in gen.rounds)
     return out
@@ -182,9 +185,9 @@ def aggregate(rows: list[dict], method: str, base: str, prompts: list[str]) -> d
            "speedup_geomean": geomean([sel[p]["tok_s"] / ref[p]["tok_s"] for p in sel if p in ref]),
            "identical_to_base": (all(sel[p]["token_ids"] == ref[p]["token_ids"] for p in sel if p in ref)
                                  if all("token_ids" in r for r in sel.values()) else None)}
-    cs = sorted(r["c"] for r in sel.values() if r.get("c") is not None)
-    if cs:
-        out["c_median"] = cs[len(cs) // 2]
+    ratios = sorted(r["draft_vs_verify"] for r in sel.values() if r.get("draft_vs_verify") is not None)
+    if ratios:
+        out["draft_vs_verify_median"] = ratios[len(ratios) // 2]
     if all(r.get("acceptance") is not None and "drafted" not in r for r in sel.values()):
         out["acceptance_reported"] = sum(r["acceptance"] for r in sel.values()) / len(sel)  # llama.cpp's own figure
     drafted = sum(r.get("drafted", 0) for r in sel.values())
@@ -200,7 +203,7 @@ COMMAND = "make bench"
 
 
 def _table(group: dict) -> list[str]:
-    lines = ["| method | tok/s | speedup vs verifier-only (geomean) | acceptance | tokens/round | c (median) "
+    lines = ["| method | tok/s | speedup vs verifier-only (geomean) | acceptance | tokens/round | draft / verify (median) "
              "| time outside forwards | same tokens as verifier-only |", "|---|---:|---:|---:|---:|---:|---:|:---:|"]
     for name, e in group.items():
         same = ("yes" if e.get("identical_to_base") else "no (sampling)" if "T=0.7" in name else
@@ -208,7 +211,7 @@ def _table(group: dict) -> list[str]:
         acceptance = e.get("acceptance", e.get("acceptance_reported"))
         lines.append(f"| {name} | {e['tok_s']:.2f} | {fmt(e['speedup_geomean'], 'x')} "
                      f"| {fmt(acceptance, '%')} | {fmt(e.get('tokens_per_round'), 'f')} "
-                     f"| {fmt(e.get('c_median'), 'f')} | {fmt(e.get('overhead_share'), '%')} | {same} |")
+                     f"| {fmt(e.get('draft_vs_verify_median'), 'f')} | {fmt(e.get('overhead_share'), '%')} | {same} |")
     return lines
 
 
@@ -233,11 +236,12 @@ def render(d: dict) -> str:
            f"{len(s['code_prompts'])} code + {len(s['prose_prompts'])} prose prompts; transformers on the first "
            f"{len(s['transformers_prompts'])} code prompts. llama.cpp: {d['llama_cpp']}"
            + (f"; its speculation: {d['llama_cpp_speculative']} (decode time only, as it reports it; its acceptance "
-              "is its own figure)" if "llama_cpp_speculative" in d else "") + ". c is the draft phase's time per "
-           "drafted token over the verify phase's time per round, from the engine's trace.",
+              "is its own figure)" if "llama_cpp_speculative" in d else "") + ". draft / verify is the draft phase's time "
+           "per drafted token over the verify phase's time per round, from the engine's trace (not the card's c, "
+           "whose unit is a verifier-only step).",
            "", "| headline | value |", "|---|---:|"]
     for name, value in d["headline"].items():
-        kind = "f" if "GiB" in name or name.startswith("c =") else "%" if "time outside" in name else "x"
+        kind = "f" if "GiB" in name or name.startswith("draft / verify") else "%" if "time outside" in name else "x"
         out.append(f"| {name} | {fmt(value, kind)} |")
     for group, rows in d["summary"].items():
         out += ["", f"**{group}**", ""] + _table(rows)
@@ -453,9 +457,9 @@ def main(argv=None) -> int:
         "peak resident memory, default run (GiB)": memory,
         "time outside model forwards, speculative": summary["code"][spec].get("overhead_share"),
     }
-    cs = [r["c"] for r in rows if r["method"] == spec and r.get("c") is not None]
-    headline["c = draft cost per drafted token / verify cost per round, speculative (median)"] = (
-        sorted(cs)[len(cs) // 2] if cs else None)
+    ratios = [r["draft_vs_verify"] for r in rows if r["method"] == spec and r.get("draft_vs_verify") is not None]
+    headline["draft / verify = draft time per drafted token / verify time per round, speculative (median)"] = (
+        sorted(ratios)[len(ratios) // 2] if ratios else None)
     if llama is not None:
         ll = aggregate(rows, "llama.cpp greedy (same GGUF)", base, code + prose)["tok_s"]
         headline["verifier-only vs llama.cpp greedy"] = aggregate(rows, base, base, code + prose)["tok_s"] / ll

@@ -166,15 +166,15 @@ def test_llama_speculative_log_is_read_as_it_prints_it():
         parse_speculative_log("error: failed to load model")
 
 
-def test_c_is_draft_time_per_drafted_token_over_verify_time_per_round():
+def test_draft_vs_verify_is_draft_time_per_drafted_token_over_verify_time_per_round():
     from types import SimpleNamespace as NS
 
-    from benchmarks.throughput import draft_cost_ratio
+    from benchmarks.throughput import draft_vs_verify
     rounds = [NS(positions=[1] * 4, times=NS(draft=0.08, verify=0.10)),
               NS(positions=[1] * 2, times=NS(draft=0.04, verify=0.10)),
               NS(positions=[], times=NS(draft=0.0, verify=0.09))]   # drafted nothing: not a drafting round
-    assert draft_cost_ratio(NS(rounds=rounds)) == pytest.approx((0.12 / 6) / 0.10)
-    assert draft_cost_ratio(NS(rounds=rounds[2:])) is None
+    assert draft_vs_verify(NS(rounds=rounds)) == pytest.approx((0.12 / 6) / 0.10)
+    assert draft_vs_verify(NS(rounds=rounds[2:])) is None
 
 
 def test_levers_and_throughput_blocks_render_the_new_columns():
@@ -186,7 +186,7 @@ def test_levers_and_throughput_blocks_render_the_new_columns():
               "forward_ms": {"verifier, lean forward, int4": [96.7, 281.8]},
               "draft_forward_ms": {"draft, lean forward, int4": {"1": 33.0, "7": 110.8}},
               "end_to_end": {"draft int4": {"tok_s": 10.88, "acceptance": 0.8, "tokens_per_round": 4.3,
-                                            "c_median": 0.253, "identical_to_verifier_only": True}},
+                                            "draft_vs_verify_median": 0.253, "identical_to_verifier_only": True}},
               "end_to_end_settings": {"prompts": ["a", "b"], "max_new_tokens": 128, "k": 6, "confidence": 0.6},
               "compile": {"eager_ms": 33.6, "compiled_ms": 48.4, "compile_s": 92.4}}
     text = levers.render(result)
@@ -194,17 +194,17 @@ def test_levers_and_throughput_blocks_render_the_new_columns():
     assert "| verifier, lean forward, int4 | 96.7 | 281.8 |" in text and "| draft, lean forward, int4 | 33.0 | 110.8 |" in text
     assert "| draft int4 | 10.88 | 80% | 4.30 | 0.25 | yes |" in text and "first call 92 s, then 48.4 ms" in text
     spec = {"tok_s": 16.5, "speedup_geomean": 1.2, "acceptance_reported": 0.76, "identical_to_base": None}
-    ours = {"tok_s": 12.5, "speedup_geomean": 1.9, "acceptance": 0.84, "tokens_per_round": 4.6, "c_median": 0.26,
+    ours = {"tok_s": 12.5, "speedup_geomean": 1.9, "acceptance": 0.84, "tokens_per_round": 4.6, "draft_vs_verify_median": 0.26,
             "identical_to_base": True, "overhead_share": 0.05}
     tp = {**base, "settings": {"k": 6, "confidence": 0.6, "max_new_tokens": 128, "code_prompts": ["a"],
                                "prose_prompts": ["b"], "transformers_prompts": ["a"]},
-          "llama_cpp": "measured", "llama_cpp_speculative": "measured", "headline": {"c = draft cost (median)": 0.26},
+          "llama_cpp": "measured", "llama_cpp_speculative": "measured", "headline": {"draft / verify (median)": 0.26},
           "summary": {"code": {"speculative (ours)": ours, "llama.cpp speculative, n_max 6": spec}}}
     text = throughput.render(tp)
     assert "Draft precision **int8 onednn** — its own shapes" in text and "its speculation: measured" in text
     assert "| speculative (ours) | 12.50 | 1.90x | 84% | 4.60 | 0.26 | 5% | yes |" in text
     assert "| llama.cpp speculative, n_max 6 | 16.50 | 1.20x | 76% | – | – | – | – |" in text
-    assert "| c = draft cost (median) | 0.26 |" in text
+    assert "| draft / verify (median) | 0.26 |" in text
 
 
 def _generated(name: str, root=ROOT) -> tuple[str, str]:
