@@ -17,7 +17,9 @@ from specdec_ui.state import Loader
 
 pytestmark = [pytest.mark.browser, pytest.mark.real]
 
-RUN = "01_the_rule"  # needs no model: run here on a fresh kernel; the others' pages are as written
+# The notebook run here, on a fresh kernel (the others' pages are as written): 01 loads the pair only for its
+# opening timings, the least model work of any notebook.
+RUN = "01_the_rule"
 WIDE = "() => document.documentElement.scrollWidth"
 
 
