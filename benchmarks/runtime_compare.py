@@ -22,7 +22,7 @@ from benchmarks import tiny_pair
 from benchmarks.common import write_json
 from benchmarks.profile import CONTEXT, DRAFTERS, fit, forward_costs, setup
 from benchmarks.sweep import pooled, run
-from benchmarks.tables import fit_rows, fmt, machine_line
+from benchmarks.tables import estimator, fit_rows, fmt, machine_line
 from benchmarks.throughput import llama_cpp_runner
 from specdec.model.timing import ESTIMATOR, Timed, fastest_ms, filler_ids
 from specdec.weights.catalogue import DEFAULT_TARGET, EMBEDDED
@@ -109,7 +109,8 @@ def render(d: dict) -> str:
     engines' forward fits."""
     s, llama = d["settings"], d.get("llama_cpp")
     out = ["#### Runtime vs algorithm: our engine against llama.cpp on the same GGUF", "",
-           f"{machine_line(d)}. Greedy, {len(s['prompts'])} code prompts x {s['max_new_tokens']} new tokens, K = "
+           f"{machine_line(d)}. Greedy, {len(s['prompts'])} code prompts x {s['max_new_tokens']} new tokens, one run "
+           f"each (tok/s: all tokens over all wall time), K = "
            f"{s['k']} (llama.cpp's prompt lookup: {s['k']} tokens per round)."
            + (f" llama.cpp {llama['threads']} threads." if llama else f" llama.cpp not measured: {d['why']}."), "",
            "| engine, method | tok/s | vs llama.cpp greedy | same tokens as our greedy |", "|---|---:|---:|:---:|"]
@@ -120,7 +121,8 @@ def render(d: dict) -> str:
                    f"| {'–' if same is None else f'{sum(same)}/{len(same)} prompts'} |")
     costs = {f"ours, {role}": f for role, f in d["forward_cost"]["ours"].items()}
     costs |= {f"llama.cpp, {role}": f for role, f in (d["forward_cost"].get("llama.cpp") or {}).items()}
-    out += ["", f"Cost of one forward of L tokens after {s['context']} tokens, t(L) = t_f + t_r·L:", ""]
+    out += ["", f"Cost of one forward of L tokens after {s['context']} tokens, t(L) = t_f + t_r·L, fitted over "
+                f"L = {s['lengths'][0]}..{s['lengths'][-1]}, each L's time the {estimator(s)} of its {s['reps']} reps:", ""]
     out += fit_rows(costs, s["k"])
     return "\n".join(out)
 
