@@ -8,6 +8,7 @@ by ``benchmarks.chromium``, the same lookup the tests use).
 from __future__ import annotations
 
 import argparse
+import re
 import socket
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def main() -> None:
             page = chromium.new_page(viewport={"width": 1280, "height": 800})
             expect.set_options(timeout=600_000)
             page.goto(f"http://127.0.0.1:{port}")
+            expect(page.get_by_text(re.compile(r"^Ready: "))).to_be_visible()  # as a learner waits for the models
             page.get_by_role("tab", name="Run").click()
             expect(page.get_by_role("button", name="Run", exact=True)).to_be_enabled()
             page.get_by_label("Temperature (0 = greedy)").fill("0.7")  # sampled: every kind of token shows
@@ -46,6 +48,8 @@ def main() -> None:
             page.get_by_role("button", name="Run", exact=True).click()
             expect(page.get_by_text("Finished (")).to_be_visible()
             page.wait_for_timeout(1000)  # let the last plot redraw
+            for box in page.locator(".sidebar, .sidebar-content").all():  # the sidebar from its top, as it opens
+                box.evaluate("e => { e.scrollTop = 0; }")
             args.out.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=args.out, full_page=True)
             chromium.close()

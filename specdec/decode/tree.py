@@ -7,9 +7,10 @@ although its second or third choice there is often the verifier's token. A tree 
 - **Drafting** (:class:`TreeDrafter`) expands the tree depth by depth from the last context
   token (the root). At each depth the W most probable nodes of the frontier under the draft's
   *path probability* (the product of q along the path, EAGLE-2's ranking) are expanded, in one
-  batched draft forward in which each row sees the context and its own ancestors; each gets W
-  children: the top W of q at temperature 0, otherwise W draws *without replacement* from q,
-  in draw order. The tree stops at depth K, or when it holds N nodes (the budget).
+  batched draft forward in which each row sees the context and its own ancestors; each gets the
+  fewest of q's top tokens that cover COVER of q, at most W (counted before any child is drawn):
+  those top tokens at temperature 0, otherwise that many draws *without replacement* from q, in
+  draw order. The tree stops at depth K, or when it holds N nodes (the budget).
 - **Verification**: one verifier forward over all N + 1 nodes with tree attention
   (:class:`~specdec.model.qwen2.TreeAttention`), so each node's p is what a chain along its path gives.
 - **Acceptance**: :func:`specdec.decode.rule.verify_tree` (recursive rejection sampling; VerifyGreedy at
