@@ -182,6 +182,8 @@ class Generation:
 
     def _emit(self, new: list[int], context: list[int]) -> list[int]:
         """``new`` cut after its first stop token, appended to ``context``; a stop ends the run."""
+        if not new:  # every round emits at least the verifier's next token; a round without one would loop forever
+            raise RuntimeError("a round emitted no token: the verifier's next token is always committed")
         stop_at = next((i for i, tok in enumerate(new) if tok in self.stop_ids), None)
         if stop_at is not None:
             new = new[: stop_at + 1]
