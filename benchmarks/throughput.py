@@ -18,6 +18,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -49,6 +50,7 @@ PROSE = [
 SAMPLED = SamplingConfig(temperature=0.7, top_p=0.95)
 # the names of the methods and the group the headline reads (the JSON's keys)
 VERIFIER_ONLY, SPECULATIVE = "verifier only (ours)", "speculative, draft model (ours)"
+ADAPTIVE = "speculative, draft model, adaptive K (ours)"  # each round's K from its acceptance and this machine's costs
 SAMPLED_GROUP = "code, T=0.7 top-p 0.95"
 
 
@@ -388,6 +390,7 @@ def main(argv=None) -> int:
         if solo is not None:
             record(fastest_base, prompt, ours(solo, prompt, cfg, "none"))
         record(SPECULATIVE, prompt, ours(pair, prompt, cfg, "model"))
+        record(ADAPTIVE, prompt, ours(pair, prompt, replace(cfg, adaptive=True), "model"))
         record("speculative, prompt lookup (ours)", prompt, ours(pair, prompt, cfg, "lookup"))
         record("speculative, hybrid: lookup, else model (ours)", prompt, ours(pair, prompt, cfg, "hybrid"))
     for prompt in code:
@@ -450,6 +453,8 @@ def main(argv=None) -> int:
         "speculative vs the fastest verifier-only configuration measured, code (geomean)": (
             aggregate(rows, spec, fastest_measured, code)["speedup_geomean"]),
         "speculative vs verifier-only, prose (geomean)": summary["prose"][spec]["speedup_geomean"],
+        "adaptive K vs verifier-only, code (geomean)": summary["code"][ADAPTIVE]["speedup_geomean"],
+        "adaptive K vs verifier-only, prose (geomean)": summary["prose"][ADAPTIVE]["speedup_geomean"],
         "speculative vs verifier-only, code, T=0.7 (geomean)":
             summary[SAMPLED_GROUP]["speculative, T=0.7 top-p 0.95 (ours)"]["speedup_geomean"],
         f"speculative vs best transformers assisted ({best_assisted})":

@@ -201,7 +201,9 @@ class DecodeConfig:
     """One decoding run. ``k`` is the most drafted tokens per round (ignored by the baseline);
     ``confidence`` > 0 makes drafting adaptive: a model draft stops early after a token whose
     untempered top probability is below it (transformers' ``assistant_confidence_threshold``).
-    The draft length then depends only on the draft, so the rule stays lossless.
+    The draft length then depends only on the draft, so the rule stays lossless. ``adaptive``
+    chooses each round's K (at most ``k``, 0 included) from the rounds before it and this machine's
+    costs (:mod:`specdec.decode.pacing`): lossless too, as the choice depends only on the past.
     ``draft_noise`` e in [0, 1] degrades the draft on purpose, losslessly: it samples from and
     reports (1 - e) q + e * uniform. ``ignore_eos`` lets a run go on past stop tokens up to
     ``max_new_tokens`` (equal work for timing comparisons, as vLLM's benchmarks do).
@@ -227,6 +229,11 @@ class DecodeConfig:
         "a draft stops early after a token it is less sure of than this; 0 = always K", default=0.6,
         allowed="a number in [0, 1), 0 for a constant K", valid=lambda c: _is_number(c) and 0 <= c < 1,
         label="Draft confidence (0 = always K)")
+    adaptive: bool = option(
+        "choose each round's draft length, at most K, from the running acceptance and this machine's timed costs: "
+        "the one with the most expected tokens per second, 0 (a plain verifier step) where no draft pays (the model and "
+        "hybrid drafters; the others ignore it)",
+        default=False, allowed="True or False", valid=_is_bool, label="Adaptive K (draft only what pays here)")
     draft_noise: float = option(
         "e in [0, 1]: the draft samples from (1 - e) * q + e * uniform; lossless, just a worse draft", default=0.0,
         allowed="a number in [0, 1], 0 for the draft as it is", valid=lambda e: _is_number(e) and 0 <= e <= 1,

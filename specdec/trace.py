@@ -16,9 +16,10 @@ from types import NoneType, UnionType
 from typing import get_args, get_origin, get_type_hints
 
 PHASES = ("draft", "verify", "accept", "rollback", "other")
-TRACE_FORMAT = 6
-# 5 added RoundTrace.drafted_by (format 4 files read as ""), 6 RoundTrace.tree (older: None)
-READS_FORMATS = (4, 5, 6)
+TRACE_FORMAT = 7
+# 5 added RoundTrace.drafted_by (format 4 files read as ""), 6 RoundTrace.tree (older: None),
+# 7 RoundTrace.plan (older: None)
+READS_FORMATS = (4, 5, 6, 7)
 
 
 # ---- the names a trace uses: each is written to JSON as its string, and carries its words ----
@@ -89,6 +90,7 @@ class DraftStop(Named):
     NO_MATCH = "no_match", "Prompt lookup found no earlier occurrence of the last tokens in the prompt or the output."
     COPY_END = "copy_end", "Prompt lookup copied {drafted}: all that followed its match."
     NOTHING = "nothing", "Verifier only: nothing is drafted."
+    PACED = ("paced", "Drafted {drafted}, fewer than K = {k}: {plan}.")
     TREE_BUDGET = "tree_budget", "Drafted K = {k} tokens{tail}.", "it stopped at its budget of N = {budget} nodes"
     LIMIT = "limit", "Drafted K = {k} tokens{tail}."  # a proposal's only: the round records K or BUDGET
 
@@ -206,6 +208,20 @@ class TreeRound:
 
 
 @dataclass(frozen=True)
+class DraftPlan:
+    """How an adaptive run chose a round's draft length (:mod:`specdec.decode.pacing`): from the
+    running acceptance per position and this machine's timed costs, before the round, the K with the
+    most expected tokens per ms. Index K of ``tokens`` and ``ms`` is what a round of K drafts was
+    expected to return and cost (K = 0: a plain verifier step)."""
+
+    k: int                           # the draft length chosen
+    acceptance: tuple[float, ...]    # a_1..a_Kmax: each position's chance to be kept once reached (prior + counts)
+    evidence: tuple[float, ...]      # the decayed count of tested drafts behind each a_i (0: the prior alone)
+    tokens: tuple[float, ...]        # E(K) = 1 + a_1 + a_1 a_2 + ..., K = 0..Kmax
+    ms: tuple[float, ...]            # T(K), the round's predicted ms here, K = 0..Kmax
+
+
+@dataclass(frozen=True)
 class RoundTrace:
     """One round. Invariants (tests/decode/test_engine.py): ``len(emitted) == n_accepted + 1`` and
     ``next_kind`` is set, unless the round ended at a stop token among the kept drafts, where
@@ -231,6 +247,7 @@ class RoundTrace:
     drafted_by: DraftedBy = DraftedBy.NOT_HYBRID  # who drafted a hybrid drafter's round
     tree: TreeRound | None = None          # a tree round's every node; positions then hold its accepted path
                                            # and the first rejected child below it
+    plan: DraftPlan | None = None          # an adaptive run's choice of K for this round (None: K as asked)
 
     @property
     def drafted(self) -> int:
@@ -351,7 +368,7 @@ class TraceFile:
 
 
 # ---- reading a trace back: every field checked against its declared type and range ------------
-UNIT = {"prob", "p", "q", "u", "beta", "confidence", "path_q"}  # probabilities and draws: in [0, 1]
+UNIT = {"prob", "p", "q", "u", "beta", "confidence", "path_q", "acceptance"}  # probabilities and draws: in [0, 1]
 # the fields whose name allows only some of its members; any other named field allows them all
 CHOICES = {(DraftPosition, "status"): (ACCEPTED, REJECTED, UNREACHED, AFTER_STOP),
            (TreeNode, "status"): (ROOT, ACCEPTED, REJECTED, UNTESTED),

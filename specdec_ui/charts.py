@@ -245,11 +245,17 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
                          marker_color=BAR[UNREACHED], hovertemplate="round %{x}: %{y} not kept"))
     fig.add_trace(go.Scatter(x=s.rounds, y=s.running_a, name="running a = kept / tested", mode="lines+markers",
                              line_color=INK), secondary_y=True)
+    paced = [r for r in rounds if r.plan is not None]
+    if paced:  # an adaptive run: the K each round asked for, chosen from the rounds before it
+        fig.add_trace(go.Scatter(x=[r.index + 1 for r in paced], y=[r.plan.k for r in paced], mode="markers",
+                                 name="K adaptive K asked for", marker=dict(symbol="line-ew-open", size=14, color=INK),
+                                 hovertemplate="round %{x}: asked for %{y}"))
     drafts = "drafted nodes" if any(r.tree is not None for r in rounds) else "drafted tokens"
     fig.update_yaxes(title_text=drafts, range=[0, max(s.k, 1) + 0.5], secondary_y=False)
     fig.update_yaxes(title_text="a", range=[0, 1.05], tickmode="array", tickvals=[0, 0.25, 0.5, 0.75, 1],
                      showgrid=False, secondary_y=True)
-    fig = _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested",
+    fig = _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested"
+                  + (", the K adaptive K asked for (0: a plain verifier step)" if paced else ""),
                   barmode="stack", xaxis_title="round")
     # the right-hand axis a, its tick labels and title (about 40 px), left of the toolbar
     return fig.update_layout(margin_r=MODEBAR_PX + 40)

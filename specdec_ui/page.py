@@ -257,6 +257,8 @@ def _field(o, value, visible: bool):
                         visible=visible)
     if o.type is str:
         return gr.Textbox(value, label=o.label, lines=4, visible=visible)
+    if o.type is bool:
+        return gr.Checkbox(value, label=o.label, info=HINTS[o.name], visible=visible)
     assert o.type in (int, float), f"{o.name}: the form has no input for {o.type}"
     return gr.Number(value, label=o.label, info=HINTS[o.name], visible=visible)
 

@@ -26,6 +26,8 @@ import torch
 from specdec.decode.drafters import (
     Drafter,
 )
+from specdec.decode.pacing import Pacer
+from specdec.decode.proposal import Proposal
 from specdec.decode.record import Outcome, round_trace
 from specdec.decode.rule import check_tree_contract, verify_tree
 from specdec.decode.sampling import (
@@ -40,6 +42,7 @@ from specdec.model.devices import Clock
 from specdec.model.lm import CachedLM
 from specdec.options import DecodeConfig
 from specdec.trace import (
+    DraftPlan,
     DraftStop,
     PhaseTimes,
     RoundTrace,
@@ -65,9 +68,11 @@ class Generation:
     the run; the drafter owns its own. Start one from a prompt with
     :func:`specdec.decode.start.start`, which also makes the drafter by name."""
 
-    def __init__(self, pair, prompt_ids: list[int], cfg: DecodeConfig, drafter: Drafter, tree_shape: str = ""):
+    def __init__(self, pair, prompt_ids: list[int], cfg: DecodeConfig, drafter: Drafter, tree_shape: str = "",
+                 pacer: Pacer | None = None):
         self.pair, self.cfg, self.drafter = pair, cfg, drafter  # cfg: what runs, the tree shape resolved
         self.tree_shape = tree_shape  # why the tree drafter runs the shape in cfg ("" for the other drafters)
+        self.pacer = pacer  # chooses each round's K from past rounds and this machine's costs (None: K as asked)
         self.stop_ids = stop_ids_of(pair, cfg)
         self.prompt_ids = list(prompt_ids)
         self.token_ids: list[int] = []  # generated ids (prompt excluded)
@@ -117,20 +122,30 @@ class Generation:
                 self.stop_reason = (RunStop.MAX_NEW_TOKENS if len(self.token_ids) >= cfg.max_new_tokens else
                                     RunStop.CONTEXT)
                 return
-            record = self._round(context, target, min(cfg.k, room - 1), generator)
+            limit = min(cfg.k, room - 1)
+            plan = None if self.pacer is None else self.pacer.plan(limit)
+            record = self._round(context, target, limit, generator, plan)
+            if self.pacer is not None:
+                self.pacer.update(record)
             self.rounds.append(record)
             yield record
             if self.stop_reason:
                 return
         self.stop_reason = RunStop.CANCELLED
 
-    def _round(self, context: list[int], target: CachedLM, asked: int, generator: torch.Generator) -> RoundTrace:
-        """One draft/verify round; ``context`` grows by the tokens it emits."""
+    def _round(self, context: list[int], target: CachedLM, limit: int, generator: torch.Generator,
+               plan: DraftPlan | None = None) -> RoundTrace:
+        """One draft/verify round of at most ``limit`` drafts (``plan.k`` where a pacer chose); ``context``
+        grows by the tokens it emits."""
         cfg, s, drafter, clock = self.cfg, self.cfg.sampling, self.drafter, self._clock
+        asked = limit if plan is None else plan.k
         t0 = clock()
         # 1. draft a token tree of depth <= K after the last context token (a chain: each node one child),
-        #    shallower when the round could overrun the budget or the context
-        proposal = drafter.propose(context, asked, s, generator, cfg.confidence, cfg.draft_noise)
+        #    shallower when the round could overrun the budget or the context; nothing when the pacer says
+        #    no draft pays (the drafter is not asked: a model's cache catches up in its next forward)
+        proposal = (drafter.propose(context, asked, s, generator, cfg.confidence, cfg.draft_noise) if asked or not plan
+                    else Proposal.chain(context[-1], [], torch.zeros(1, self.pair.vocab_size, device=self.pair.device),
+                                        stopped=DraftStop.LIMIT))
         t1 = clock()
         # 2. ONE verifier forward over the root and the N nodes, each seeing the context and its ancestors:
         #    for a chain, the causal mask of the plain forward
@@ -166,8 +181,8 @@ class Generation:
         # 6. record the round
         outcome = Outcome(tuple(path), nxt, tuple(new), self._append_text(new))
         stopped = proposal.stopped
-        if stopped == DraftStop.LIMIT:  # the depth it was asked for: K, or fewer where the budget cut the round
-            stopped = DraftStop.K if asked == cfg.k else DraftStop.BUDGET
+        if stopped == DraftStop.LIMIT:  # the depth it was asked for: K, or fewer where the budget or the pacer cut it
+            stopped = DraftStop.K if asked == cfg.k else DraftStop.BUDGET if asked == limit else DraftStop.PACED
         record = round_trace(
             index=len(self.rounds), context_len=len(context) - len(new), proposal=proposal,
             target_probs=target_probs, verdict=v, outcome=outcome, target_cache=(target_len, len(target)),
@@ -178,7 +193,7 @@ class Generation:
         times = PhaseTimes(draft=t1 - t0, verify=t2 - t1, accept=t3 - t2, rollback=t4 - t3, other=t5 - t4,
                            forward=proposal.forward_s + (t_fwd - t1))
         start_of_round = self.rounds[-1].elapsed if self.rounds else self.prefill_s
-        return replace(record, times=times, elapsed=start_of_round + times.total)
+        return replace(record, times=times, elapsed=start_of_round + times.total, plan=plan)
 
     def _emit(self, new: list[int], context: list[int]) -> list[int]:
         """``new`` cut after its first stop token, appended to ``context``; a stop ends the run."""

@@ -47,6 +47,7 @@ class DrafterKind:
     make: Callable[[Making], Drafter]
     help: str = ""             # what the name does not say, for the command line's help
     in_app: bool = True        # offered by the app (verifier only runs beside the others in Compare)
+    paced: bool = False        # an adaptive run chooses its K each round (specdec.decode.pacing); others ignore it
 
 
 def _model(m: Making) -> Drafter:
@@ -66,9 +67,9 @@ def _tree(m: Making) -> Drafter:
     return TreeDrafter(m.pair.draft, m.pair.vocab_size, m.clock, shape.tree_width, shape.tree_nodes, m.stop_ids)
 
 
-MODEL = DrafterKind("model", "draft model", True, _model)
+MODEL = DrafterKind("model", "draft model", True, _model, paced=True)
 HYBRID = DrafterKind("hybrid", "lookup, else model", True, _hybrid,
-                     help="prompt lookup where it matches, the model elsewhere")
+                     help="prompt lookup where it matches, the model elsewhere", paced=True)
 TREE = DrafterKind("tree", "model, as a token tree", True, _tree, help="the model drafting token trees")
 LOOKUP = DrafterKind("lookup", "prompt lookup", False,
                      lambda m: LookupDrafter(m.pair.vocab_size, hidden=m.hidden, device=m.pair.device))

@@ -7,10 +7,14 @@ It sits above the engine because deciding the shape may time short runs of the e
 """
 from __future__ import annotations
 
+import torch
+
 from specdec.decode.drafters import Drafter
 from specdec.decode.engine import Generation, stop_ids_of
+from specdec.decode.pacing import Pacer, RoundCosts
 from specdec.decode.registry import DRAFTERS, LOOKUP, MODEL, TREE, Making
-from specdec.decode.tree_shape import resolve
+from specdec.decode.tree_shape import machine_costs, resolve
+from specdec.model.qwen2 import LeanQwen2
 from specdec.model.devices import Clock
 from specdec.options import ConfigError, DecodeConfig
 
@@ -20,7 +24,22 @@ def start(pair, prompt: str, cfg: DecodeConfig, drafter: str = MODEL.name, chat:
     ids, hidden = pair.encode_marked(prompt, chat=chat)
     cfg, why = resolve(pair, cfg) if drafter == TREE.name else (cfg, "")
     return Generation(pair, ids, cfg, make_drafter(drafter, pair, hidden=hidden, stop_ids=stop_ids_of(pair, cfg),
-                                                   tree=(cfg.tree_width, cfg.tree_nodes), cfg=cfg), why)
+                                                   tree=(cfg.tree_width, cfg.tree_nodes), cfg=cfg), why,
+                      pacer=make_pacer(pair, cfg, drafter))
+
+
+def make_pacer(pair, cfg: DecodeConfig, drafter: str) -> Pacer | None:
+    """The pacer of an adaptive run (:mod:`specdec.decode.pacing`), its costs timed on this machine
+    (once, then cached); None where the run is not adaptive or its drafter is not paced (the tree
+    drafter chooses its shape once per run, prompt lookup drafts without a forward, verifier only
+    drafts nothing)."""
+    if not cfg.adaptive or not DRAFTERS[drafter].paced:  # the tree chooses its shape once per run; lookup drafts free
+        return None
+    if not (isinstance(pair.target, LeanQwen2) and isinstance(pair.draft, LeanQwen2)):
+        raise ConfigError("adaptive needs the lean Qwen2 forward in both models (Qwen2 models on the CPU), "
+                          "to time this machine's costs", "adaptive")
+    with torch.inference_mode():
+        return Pacer(RoundCosts.of_machine(machine_costs(pair), model_drafts=True), cfg.k)
 
 
 def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool, ...] = (),

@@ -21,6 +21,7 @@ from specdec.trace import (
     RESAMPLED,
     UNREACHED,
     DraftedBy,
+    DraftPlan,
     DraftStop,
     NextKind,
     RoundTrace,
@@ -124,9 +125,29 @@ def draft_stop_text(r: RoundTrace, k: int, confidence: float, quote=repr) -> str
     tail = (f" (every token's confidence was at least {confidence:g})" if confidence and r.positions
             and r.positions[0].confidence is not None else "")
     sure = "" if last is None or last.confidence is None else f"{last.confidence:.2f}"
+    paced = r.plan is not None and r.draft_stop != DraftStop.PACED
     return DraftedBy(r.drafted_by).text + DraftStop(r.draft_stop).text.format(
         drafted=plural(n, "token", "tokens"), k=k, last="" if last is None else quote(last.text), sure=sure,
-        threshold=f"{confidence:g}", fits=f"{n + 1} more {'token fits' if n == 0 else 'tokens fit'}", tail=tail)
+        threshold=f"{confidence:g}", fits=f"{n + 1} more {'token fits' if n == 0 else 'tokens fit'}", tail=tail,
+        plan="" if r.plan is None else plan_text(r.plan)) + (
+        f" Adaptive K asked for {r.plan.k}: {plan_text(r.plan)}." if paced else "")
+
+
+def plan_text(plan: DraftPlan) -> str:
+    """Why an adaptive round asked for ``plan.k`` drafts (:mod:`specdec.decode.pacing`), from the
+    numbers it chose by: a clause, for the Step tab and the Run tab's round details."""
+    rate = [1e3 * t / ms for t, ms in zip(plan.tokens, plan.ms)]  # predicted tokens per second of each K
+    if plan.k == 0:
+        best = max(range(1, len(rate)), key=rate.__getitem__)
+        return (f"at {plan.acceptance[0]:.0%} acceptance of a first draft here, a draft costs more than it returns. "
+                f"A plain verifier step is predicted to give 1 token in {plan.ms[0]:.0f} ms ({rate[0]:.1f} tokens/s), "
+                f"the best draft, K = {best}, {plan.tokens[best]:.2f} tokens in {plan.ms[best]:.0f} ms "
+                f"({rate[best]:.1f} tokens/s), from this run's acceptance and this machine's timed forwards")
+    kept = ", ".join(f"a{i + 1} = {a:.2f}" for i, a in enumerate(plan.acceptance[:plan.k]))
+    return (f"at this run's acceptance so far ({kept}), {plural(plan.k, 'draft is', 'drafts are')} predicted to give "
+            f"{plan.tokens[plan.k]:.2f} tokens in {plan.ms[plan.k]:.0f} ms ({rate[plan.k]:.1f} tokens/s), the most "
+            f"of any K from 0 (a plain verifier step, {rate[0]:.1f} tokens/s) to {len(rate) - 1}, by this machine's "
+            "timed forwards")
 
 
 # A forward measured this many times slower than this machine's timed forwards predict is called busy.
@@ -184,8 +205,11 @@ def explain(r: RoundTrace, phase: str, drafter: str = MODEL.name, greedy: bool =
     k = r.drafted
     if phase == "draft":
         if k == 0:
-            return ("**Draft.** The drafter proposed nothing this round (prompt lookup found no earlier occurrence "
-                    "of the context's last tokens), so the round is one plain verifier step.")
+            why = (f"Adaptive K drafted nothing: {plan_text(r.plan)}." if r.draft_stop == DraftStop.PACED and r.plan else
+                   "Only one more token fits in the budget, so nothing was drafted." if r.draft_stop == DraftStop.BUDGET
+                   else "The drafter proposed nothing this round (prompt lookup found no earlier occurrence of the "
+                   "context's last tokens).")
+            return f"**Draft.** {why} The round is one plain verifier step."
         how = ("Prompt lookup copied the tokens that followed the latest earlier occurrence of the context's last "
                "n-gram; it is deterministic, so q is one-hot (q(x) = 1) and a token will be kept with probability "
                "p(x)." if drafter == LOOKUP.name or r.drafted_by == DraftedBy.LOOKUP else

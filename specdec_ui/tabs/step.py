@@ -197,7 +197,8 @@ def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, f
 
 ALL_K_LABEL = "Draft all K tokens every round (this tab only)"
 ALL_K_WHY = ("Here every round drafts all K, so that you see the rule test several drafts; Run and Compare stop a "
-             "draft once it is less sure than **Draft confidence** (faster on prose: docs/results.md).")
+             "draft once it is less sure than **Draft confidence** (faster on prose: docs/results.md), and with "
+             "**Adaptive K** draft only as many as pay on this machine. Untick this to step through those rounds.")
 
 
 def _same_run(a: RunSettings, b: RunSettings) -> bool:
@@ -210,7 +211,7 @@ def _same_run(a: RunSettings, b: RunSettings) -> bool:
 def _step_source(loader: Loader, session: Session, form: dict, all_k: bool = False):
     """The settings and, when they are new, a fresh source of rounds: the uploaded trace while
     the form still holds its settings (no models needed), else a generation on the models.
-    ``all_k``: the live generation drafts all K tokens every round (draft confidence 0)."""
+    ``all_k``: the live generation drafts all K tokens every round (draft confidence 0, adaptive K off)."""
     if session.replay is not None:
         try:
             settings = parse_form(form)
@@ -225,7 +226,7 @@ def _step_source(loader: Loader, session: Session, form: dict, all_k: bool = Fal
     if isinstance(settings, Problem):
         return settings, None
     if all_k:
-        settings = replace(settings, decode=replace(settings.decode, confidence=0.0))
+        settings = replace(settings, decode=replace(settings.decode, confidence=0.0, adaptive=False))
     # a generation holds the pair it began on: after a switch of the models it is not continued
     if not isinstance(session.gen, Generation) or session.gen.pair is not loader.pair or settings != session.settings:
         return settings, start(loader.pair, settings.prompt, settings.decode, settings.drafter)

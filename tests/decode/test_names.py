@@ -19,7 +19,7 @@ from specdec.trace import DraftedBy, DraftStop, NextKind, RunStop, Status
 DECLARED = {"specdec/trace.py", "specdec/decode/registry.py"}
 # the values no other word of the code shares ("model", "tree", "none", "context" or "plain" do)
 NAMES = {"k", "budget", "tree_budget", "lookup", "hybrid", "no_match", "copy_end", "stop_token", "unreached",
-         "after_stop", "untested", "resampled", "bonus"}
+         "after_stop", "untested", "resampled", "bonus", "paced"}
 
 
 def _literals(path) -> list[tuple[int, str]]:

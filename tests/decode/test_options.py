@@ -81,7 +81,7 @@ def test_the_command_lines_help_and_the_apps_hint_say_the_same_thing(capsys):
         if HINTS.get(o.name) is not None:
             assert HINTS[o.name] == o.help
     # every field with a hint line shows the option's own words
-    assert [n for n in FORM if HINTS[n] is not None] == [o.name for o in OPTIONS if o.label and o.type in (int, float)]
+    assert [n for n in FORM if HINTS[n] is not None] == [o.name for o in OPTIONS if o.label and o.type in (int, float, bool)]
 
 
 @pytest.mark.parametrize("o", [o for o in OPTIONS if o.valid], ids=[o.name for o in OPTIONS if o.valid])

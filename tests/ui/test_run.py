@@ -259,3 +259,21 @@ def test_a_generation_takes_no_lock_of_its_own_the_apps_worker_does(pair):
         running.start()
         running.join(60)
         assert not running.is_alive() and gen.done                   # the command line's run: one user, no lock
+
+
+def test_an_adaptive_runs_chart_marks_the_k_each_round_asked_for():
+    from helpers import tiny
+
+    from specdec import DecodeConfig, Generation, make_drafter
+    from specdec.decode.pacing import Pacer, RoundCosts
+    target = tiny.model(3, scale=8)
+    pair = tiny.pair(target, tiny.noisy_copy(target, 5, 0.6))
+    cfg = DecodeConfig(max_new_tokens=30, k=5, adaptive=True)
+    costs = RoundCosts({1: 40.0, 7: 58.0}, draft=12.0, rest=2.0)
+    gen = Generation(pair, tiny.prompt_ids(seed=3), cfg, make_drafter("model", pair), pacer=Pacer(costs, 5)).run()
+    fig = charts.acceptance_figure(gen.rounds)
+    asked = next(t for t in fig.data if t.name == "K adaptive K asked for")
+    assert list(asked.y) == [r.plan.k for r in gen.rounds] and "asked for" in fig.layout.title.text
+    plain = charts.acceptance_figure(Generation(pair, tiny.prompt_ids(seed=3), DecodeConfig(max_new_tokens=10),
+                                                make_drafter("model", pair)).run().rounds)
+    assert all(t.name != "K adaptive K asked for" for t in plain.data)
