@@ -9,9 +9,11 @@ and costs, in this machine's timed milliseconds,
 
     T(K) = K·d + t(K + 1) + rest
 
-with d one draft forward at one row (0 for prompt lookup, which needs no forward), t(L) the verifier's
-forward over L rows (interpolated between the row counts timed) and rest a round's work besides the
-forwards (:func:`specdec.decode.tree_shape.machine_costs`, timed once per machine and cached). Before
+with d one draft forward at one row (0 for prompt lookup, which needs no forward) and t(L) the verifier's
+forward over L rows (interpolated between the row counts timed), both timed once per machine and cached
+(:func:`specdec.decode.tree_shape.machine_costs`), and rest a round's work besides the forwards: the
+cached value until the run has rounds of its own, then the median of its last :data:`REST_ROUNDS`
+(sampling, the rule, the trace: it differs between a chain and the tree runs it was timed on). Before
 each round the pacer drafts the K in 0..K_max with the most expected tokens per second E(K) / T(K).
 K = 0 is a plain verifier step, taken whenever no draft pays: on prose with a costly draft, or when
 the draft keeps missing.
@@ -31,13 +33,15 @@ nothing, so without it a pacer that once stopped would never learn that drafting
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import statistics
+from dataclasses import dataclass, field, replace
 
 from specdec.trace import ACCEPTED, DraftPlan, RoundTrace
 
 PRIOR_A = 0.6        # the chance a draft is kept before any round says otherwise
 PRIOR_WEIGHT = 2.0   # worth this many tested drafts: two rounds' evidence outweighs it
 DECAY = 0.95         # per round: a count 20 rounds old weighs 1/e of a new one
+REST_ROUNDS = 16     # the run's last rounds whose work besides the forwards gives ``rest``
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class Pacer:
     k_max: int
     kept: list[float] = field(default_factory=list)
     tested: list[float] = field(default_factory=list)
+    rests: list[float] = field(default_factory=list)  # ms of the run's rounds besides their forwards
 
     def __post_init__(self):
         self.kept, self.tested = [0.0] * self.k_max, [0.0] * self.k_max
@@ -108,8 +113,9 @@ class Pacer:
     def plan(self, limit: int) -> DraftPlan:
         """The K in 0..min(limit, K_max) with the most expected tokens per ms, and what it was chosen from."""
         a = self.acceptance()
+        costs = self.costs if not self.rests else replace(self.costs, rest=statistics.median(self.rests))
         tokens = tuple(expected_tokens(a, k) for k in range(self.k_max + 1))
-        ms = tuple(self.costs.round_ms(k) for k in range(self.k_max + 1))
+        ms = tuple(costs.round_ms(k) for k in range(self.k_max + 1))
         best = max(range(min(limit, self.k_max) + 1), key=lambda k: (tokens[k] / ms[k], -k))  # a tie: fewer drafts
         return DraftPlan(k=best, acceptance=a, evidence=tuple(self.tested), tokens=tokens, ms=ms)
 
@@ -117,6 +123,7 @@ class Pacer:
         """Decay every count, then count the round's tested drafts (a tree round teaches nothing here)."""
         self.kept = [DECAY * x for x in self.kept]
         self.tested = [DECAY * x for x in self.tested]
+        self.rests = (self.rests + [1e3 * (r.times.total - r.times.forward)])[-REST_ROUNDS:]
         if r.tree is not None:
             return
         for i, p in enumerate(r.positions[:self.k_max]):

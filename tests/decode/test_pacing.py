@@ -37,7 +37,7 @@ def _paced(kept_per_round: list[int], k_max: int = 6, costs: RoundCosts = CPU) -
     for kept in kept_per_round:
         positions = [SimpleNamespace(tested=i <= kept, status="accepted" if i < kept else "rejected")
                      for i in range(k_max)]
-        pacer.update(SimpleNamespace(tree=None, positions=positions))
+        pacer.update(SimpleNamespace(tree=None, positions=positions, times=SimpleNamespace(total=0.006, forward=0.001)))
     return pacer
 
 
@@ -58,6 +58,7 @@ def test_a_free_draft_drafts_even_at_low_acceptance_and_a_costly_one_does_not():
 
 
 def test_the_prior_decides_the_first_round_and_the_counts_decay():
+    from types import SimpleNamespace
     first = Pacer(CPU, 4).plan(4)
     assert first.acceptance == (PRIOR_A,) * 4 and first.evidence == (0.0,) * 4
     pacer = _paced([4, 4])
@@ -66,13 +67,15 @@ def test_the_prior_decides_the_first_round_and_the_counts_decay():
     stopped = _paced([0] * 12)
     assert stopped.plan(6).k == 0
     for _ in range(200):
-        stopped.update(type("Round", (), {"tree": None, "positions": ()})())  # K = 0 rounds test nothing
+        stopped.update(SimpleNamespace(tree=None, positions=(), times=SimpleNamespace(total=0.003, forward=0.001)))
     assert stopped.plan(6).k == Pacer(CPU, 6).plan(6).k > 0
 
 
 def test_plan_says_what_each_k_was_expected_to_return_and_cost():
     plan = _paced([3, 2, 4]).plan(6)
     assert len(plan.tokens) == len(plan.ms) == 7
+    assert Pacer(CPU, 6).plan(6).ms[0] == pytest.approx(40 + 2)  # before any round: the timed rest
+    assert plan.ms[0] == pytest.approx(40 + 5)  # then the run's own rounds' 5 ms besides their forwards
     rates = [t / m for t, m in zip(plan.tokens, plan.ms)]
     assert rates[plan.k] == max(rates)
 
