@@ -14,10 +14,13 @@ at 1..16 rows and on every path this CPU has, against the dequantised reference)
 
 The library is compiled by the package's build (``pip install --no-build-isolation -e .``, which
 ``make app`` and ``make test`` run). Where it is missing (no compiler, or another install route)
-:func:`status` says why, and the precision choice falls back to torch's kernels.
+:func:`status` says why, and the precision choice falls back to torch's kernels. :func:`disabled`
+switches it off for a while on a machine that has it, so that those fallbacks (torch's linears, the
+lean forward's own attention) are tested everywhere (``tests/model/test_fallback.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -32,9 +35,31 @@ ISA_NAMES = {1: "scalar", 2: "AVX2", 3: "AVX-VNNI", 4: "AVX512-VNNI"}
 SLICE = 4096      # weight rows packed at a time (a 151936-row output layer whole would be GBs of temporaries)
 
 
-@functools.cache
+_switched_off = False  # within disabled()
+
+
 def status() -> tuple[bool, str]:
-    """(whether the kernels are loaded, the instruction set they use here or why they are not)."""
+    """(whether the kernels are in use, the instruction set they use here or why they are not)."""
+    if _switched_off:
+        return False, "specdec's C++ kernels are switched off (specdec.model.native.disabled())"
+    return _load()
+
+
+@contextlib.contextmanager
+def disabled():
+    """Within the block this machine behaves as one without the kernels (a GPU, macOS, ARM, no
+    compiler): precisions choose torch's kernels, the lean forward attends with torch's, and a layer
+    built on specdec's kernels raises rather than run them."""
+    global _switched_off
+    before, _switched_off = _switched_off, True
+    try:
+        yield
+    finally:
+        _switched_off = before
+
+
+@functools.cache
+def _load() -> tuple[bool, str]:
     here = Path(__file__).resolve().parent
     libs = sorted(here.glob("_qlinear*.so")) + sorted(here.glob("_qlinear*.pyd"))
     if not libs:

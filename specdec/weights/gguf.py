@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -181,25 +182,32 @@ class GGUFWeights(TensorTable):
         super().__init__({hf_name(k): v for k, v in json.loads((meta / "tensors.json").read_text()).items()})
 
     def read(self, key: str, info: dict) -> torch.Tensor:
+        shape = info["shape"]
+        out = torch.empty((math.prod(shape[:-1]), shape[-1]), dtype=torch.float32)
+        # In slices of rows, into one preallocated output: dequantizing a 151936-row embedding
+        # whole would make several float32 temporaries of it (GBs) on top of the result.
+        for r in range(0, out.shape[0], DEQUANT_ROWS):
+            out[r:r + DEQUANT_ROWS] = self.rows(key, r, r + DEQUANT_ROWS)
+        return out.reshape(shape)
+
+    def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start``..``stop`` of a tensor (a row along its last dimension) in float32, reading
+        only their bytes: a slice of the embedding or the output layer without the rest."""
         import numpy as np
         from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
         from gguf.quants import dequantize
-        raw = np.frombuffer(self.parts.read(info["offset"], info["bytes"]), dtype=np.uint8)
-        kind = GGMLQuantizationType(info["type"])
-        shape = info["shape"]
-        if kind == GGMLQuantizationType.F32:
-            return torch.from_numpy(raw.view(np.float32).reshape(shape))
+        info = self.table[key]
+        kind, columns = GGMLQuantizationType(info["type"]), info["shape"][-1]
         block, size = GGML_QUANT_SIZES[kind]
-        rows = raw.reshape(-1, shape[-1] // block * size)                             # one tensor row each
-        out = torch.empty((rows.shape[0], shape[-1]), dtype=torch.float32)
-        fast = int(kind) in dequant.KINDS  # torch's ops (every core, no GIL); else gguf's numpy
-        # In slices of rows, into one preallocated output: dequantizing a 151936-row embedding
-        # whole would make several float32 temporaries of it (GBs) on top of the result.
-        for r in range(0, rows.shape[0], DEQUANT_ROWS):
-            part = rows[r:r + DEQUANT_ROWS]
-            out[r:r + DEQUANT_ROWS] = (dequant.dequantize(torch.from_numpy(part), int(kind), shape[-1]) if fast else
-                                       torch.from_numpy(dequantize(part, kind)))
-        return out.reshape(shape)
+        row_bytes = columns // block * size
+        stop = min(stop, math.prod(info["shape"][:-1]))
+        raw = np.frombuffer(self.parts.read(info["offset"] + start * row_bytes, (stop - start) * row_bytes),
+                            dtype=np.uint8).reshape(stop - start, row_bytes)
+        if kind == GGMLQuantizationType.F32:
+            return torch.from_numpy(raw.view(np.float32))
+        if int(kind) in dequant.KINDS:  # torch's ops (every core, no GIL); else gguf's numpy
+            return dequant.dequantize(torch.from_numpy(raw), int(kind), columns)
+        return torch.from_numpy(dequantize(raw, kind))
 
 
 def transformers_model(spec: EmbeddedModel, dtype: torch.dtype = torch.float32):

@@ -114,9 +114,9 @@ def test_non_finite_rows_give_nan_and_a_zero_row_gives_the_bias(kind):
     assert torch.equal(y[2], b)
 
 
-def test_without_the_library_the_choice_falls_back_to_torchs_kernels(monkeypatch):
-    monkeypatch.setattr(native, "available", lambda: False)
-    caps = cpu_capabilities()
-    assert caps["specdec"] is False and all(v.kernel != "specdec" for v in cpu_variants(caps))
-    assert Precision("int8", "").cpu_kernel == "fbgemm" and Precision("int4", "").cpu_kernel == "torch"
-    assert Precision("int8", "").cache_key(torch.device("cpu")) == "int8"
+def test_without_the_library_the_choice_falls_back_to_torchs_kernels():
+    with native.disabled():  # as where the library is not built; tests/model/test_fallback.py runs what follows
+        caps = cpu_capabilities()
+        assert caps["specdec"] is False and all(v.kernel != "specdec" for v in cpu_variants(caps))
+        assert Precision("int8", "").cpu_kernel == "fbgemm" and Precision("int4", "").cpu_kernel == "torch"
+        assert Precision("int8", "").cache_key(torch.device("cpu")) == "int8"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_gguf
+from helpers import reference, tiny_gguf
 
 from specdec.model import native
 from specdec.model.precision import Precision
@@ -280,6 +280,22 @@ def test_transformers_model_of_the_gguf_matches_the_lean_model(tiny):
     with torch.inference_mode():
         want = reference(torch.tensor([ids])).logits[0]                           # (T, V)
     torch.testing.assert_close(logits(model, tok), want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_streamed_float32_reference_is_transformers_model_of_the_gguf(tiny, monkeypatch):
+    """The real tier's float32 reference (one decoder layer in memory at a time, the embedding and
+    output layer in slices of rows, :mod:`helpers.reference`) against the whole model at once."""
+    from transformers import AutoConfig
+    monkeypatch.setattr(reference, "SLICE", 100)  # the 264-row embedding and output layer in three slices
+    meta = gguf.metadata(tiny.spec)
+    weights = gguf.GGUFWeights(tiny.spec, meta)
+    model, tok = gguf.transformers_model(tiny.spec)
+    ids = tok(" the cat sat in the hat<|im_end|>")["input_ids"]
+    with torch.inference_mode():
+        want = model(torch.tensor([ids])).logits[0]                               # (T, V)
+    got = reference.reference_logits(AutoConfig.from_pretrained(str(meta)), weights, weights.rows, ids, want.shape[1])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(weights.rows("lm_head.weight", 100, 200), weights["lm_head.weight"][100:200])
 
 
 def test_transformers_prefix_loads_transformers_model_with_the_chosen_linears(tiny):
