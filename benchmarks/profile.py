@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from benchmarks import tiny_pair
-from benchmarks.common import environment, timed_variants, write_json
+from benchmarks.common import cpu_id, environment, timed_variants, write_json
 from benchmarks.sweep import pooled, run
 from benchmarks.tables import estimator, fit_rows, machine_line, measured_ms
 from benchmarks.throughput import CODE
@@ -189,7 +189,8 @@ def render(d: dict) -> str:
     """docs/results.md's block for one profile result: the runs' phases, the forward fits, the
     bandwidth and the kernel variants."""
     s = d["settings"]
-    out = [f"#### Where the time goes: {d['models']['target']} verified, {d['models']['draft']} drafting", "",
+    out = [f"#### Where the time goes on {cpu_id(d['hardware'])}: {d['models']['target']} verified, "
+           f"{d['models']['draft']} drafting", "",
            f"{machine_line(d)}. K = {s['k']}, confidence {s['confidence']}, {len(s['prompts'])} code prompts x "
            f"{s['max_new_tokens']} new tokens, T = 0. Phase shares are of wall time, every phase timed with a "
            "device sync.", "", "| run | tok/s | in model forwards | outside forwards | phases (share of wall time) |",

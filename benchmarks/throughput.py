@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, environment, timed_variants, write_json
+from benchmarks.common import ROOT, cpu_id, cpu_label, environment, timed_variants, write_json
 from benchmarks.fidelity import fidelity
 from benchmarks.tables import anchor, fmt, measured_ms
 from specdec import DecodeConfig, SamplingConfig, load_pair
@@ -218,7 +218,7 @@ def _table(group: dict) -> list[str]:
 def heading(d: dict) -> str:
     """The heading of one result's block in docs/results.md (the README's headline links to it)."""
     hw = d["hardware"]
-    return (f"{hw['cpu']} ({', '.join(hw['cpu_flags']) or 'no AVX2'}; torch ISA {hw['torch_isa']}), "
+    return (f"{cpu_id(hw)} ({', '.join(hw['cpu_flags']) or 'no AVX2'}; torch ISA {hw['torch_isa']}), "
             f"{hw['cores']} cores, {hw['torch_threads']} threads")
 
 
@@ -322,13 +322,6 @@ HEADLINE_ROWS = [
 ]
 
 
-def _family(d: dict) -> str:
-    hw, flags = d["hardware"], set(d["hardware"]["cpu_flags"])
-    isa = ("AMX" if "amx_int8" in flags else "AVX-512" if "avx512f" in flags else
-           "AVX2" if "avx2" in flags else "no AVX2")
-    return f"{hw['cpu'].replace('(R)', '').removesuffix(' Processor')}, {isa}, {hw['cores']} cores"
-
-
 def render_headline(results: list[dict]) -> str:
     """The README's one table from every committed result: a column per machine the throughput
     benchmark ran on, linked to its block in docs/results.md, with figures from the profile of the
@@ -341,7 +334,7 @@ def render_headline(results: list[dict]) -> str:
         if d["benchmark"] == "profile":
             profiles.setdefault(d.get("cpu_slug"), d)
     gpu_column = all(d["device"] == "cpu" for d in runs)
-    out = ["| | " + " | ".join(f"[{_family(d)}](docs/results.md#{anchor(heading(d))})" for d in runs)
+    out = ["| | " + " | ".join(f"[{cpu_label(d['hardware'])}, {d['hardware']['cores']} cores](docs/results.md#{anchor(heading(d))})" for d in runs)
            + (" | GPU (CUDA, Apple MPS) |" if gpu_column else " |"), "|---|" + "---|" * (len(runs) + gpu_column)]
     out += [f"| {label} | " + " | ".join(cell(d, profiles.get(d.get("cpu_slug"))) for d in runs)
             + (" | not measured |" if gpu_column else " |") for label, cell in HEADLINE_ROWS]
