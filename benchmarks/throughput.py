@@ -278,12 +278,19 @@ def _sampled(d: dict) -> str:
     return _vs(group, pick("speculative"), pick("verifier"))
 
 
-def _vs_read(profile: dict | None) -> str:
-    """Each model's one-row forward over its weights' read time at the measured bandwidth."""
+def _vs_bound(profile: dict | None) -> str:
+    """Each model's forward over its roofline bound at 1 and K+1 rows (benchmarks/roofline.py); in
+    profiles written before it, the one-row forward over its weights' read time at the float32-sum
+    bandwidth."""
+    roof = (profile or {}).get("roofline")
+    if roof and all(x["ratio"] for r in roof.values() for x in r["rows"].values()):
+        k1 = str(profile["settings"]["k"] + 1)
+        at = lambda n: " / ".join(f"{roof[role]['rows'][n]['ratio']:.2f}x" for role in ("verifier", "draft"))  # noqa: E731
+        return f"{at('1')} (roofline; {k1} rows: {at(k1)})"
     ratios = [(profile or {}).get("forward_cost", {}).get(role, {}).get("one_row_vs_read") for role in ("verifier", "draft")]
     if not all(ratios):
         return "not measured"
-    return f"{ratios[0]:.2f}x / {ratios[1]:.2f}x (at {max(profile['bandwidth_gb_s']):.0f} GB/s)"
+    return f"{ratios[0]:.2f}x / {ratios[1]:.2f}x (weights' read time at {max(profile['bandwidth_gb_s']):.0f} GB/s)"
 
 
 def _v6(profile: dict | None) -> str:
@@ -311,7 +318,7 @@ HEADLINE_ROWS = [
      lambda d, p: "yes" if all(d["summary"][g][SPECULATIVE]["identical_to_base"] for g in ("code", "prose")) else "**no**"),
     ("peak memory, default run", lambda d, p: f"{_headline(d, 'peak resident', 'f')} GiB"),
     ("verifier's K+1-row forward / 1-row, fitted (K = 6)", lambda d, p: _v6(p)),
-    ("one-row forward / its weights' read time, verifier / draft", lambda d, p: _vs_read(p)),
+    ("one-row forward / its bound, verifier / draft", lambda d, p: _vs_bound(p)),
     ("verifier-only vs llama.cpp greedy", lambda d, p: _headline(d, "verifier-only vs llama.cpp", "x")),
     ("speculative vs llama.cpp greedy", lambda d, p: _headline(d, "speculative vs llama.cpp greedy", "x")),
     ("speculative vs llama.cpp's own speculation, at its best",

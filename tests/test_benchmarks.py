@@ -105,6 +105,22 @@ def test_profile_accounts_for_wall_time_and_fits_the_forward_cost(tmp_path):
         assert math.isfinite(f["a_ms"]) and math.isfinite(f["b_ms_per_token"])
         assert math.isfinite(f["r2"]) and f["r2"] <= 1
         assert len(f["ms"]) == len(lengths)
+        r = data["roofline"][role]
+        assert r["weight_bytes"] > 0 and r["weights"] > 0 and r["precision"] == data["precision"]
+        assert len(r["bandwidth_gb_s"]) == 2 and set(r["rows"]) == set(r["gmac_s"]) == {"1", "7"}
+        for n, x in r["rows"].items():  # the definition, on whatever this run measured
+            assert x["memory_ms"] == pytest.approx(r["weight_bytes"] / max(r["bandwidth_gb_s"]) / 1e6)
+            assert x["bound_ms"] == max(x["memory_ms"], x["compute_ms"] or 0)
+            assert x["measured_ms"] == f["ms"][lengths.index(int(n))] and x["ratio"] == x["measured_ms"] / x["bound_ms"]
+
+
+def test_roofline_bound_is_the_slower_of_reading_the_weights_and_computing_with_them():
+    from benchmarks.roofline import bound
+    # 2 GB at 20 GB/s: 100 ms to read; 1e9 weights at 1 row and 100 GMAC/s: 10 ms; at 7 rows and 50: 140 ms
+    r = bound(2e9, 10**9, 20.0, {1: 100e9, 7: 50e9, 16: None}, {1: 150.0, 7: 168.0})
+    assert (r["1"]["bound_ms"], r["1"]["bound_by"], r["1"]["ratio"]) == pytest.approx((100.0, "memory", 1.5))
+    assert (r["7"]["bound_ms"], r["7"]["bound_by"], r["7"]["ratio"]) == pytest.approx((140.0, "compute", 1.2))
+    assert r["16"]["compute_ms"] is None and r["16"]["bound_ms"] == 100.0 and r["16"]["ratio"] is None
 
 
 def test_fit_recovers_a_line_and_tolerates_flat_timings():
