@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from benchmarks.common import ROOT, environment, write_json
+from benchmarks.common import ROOT, cpu_id, environment, write_json
 from benchmarks.profile import CONTEXT
 from benchmarks.tables import estimator, fmt
 from benchmarks.throughput import draft_vs_verify
@@ -114,7 +114,7 @@ def render(d: dict) -> str:
     """docs/results.md's block for one levers result: forward costs by representation and
     implementation, the draft's variants, end to end, and torch.compile."""
     hw = d["hardware"]
-    out = [f"#### Levers on {hw['cpu']} ({', '.join(hw['cpu_flags'])}), commit `{d['commit']}`", ""]
+    out = [f"#### Levers on {cpu_id(hw)} ({', '.join(hw['cpu_flags'])}), commit `{d['commit']}`", ""]
     if d["forward_ms"]:
         out += [f"{estimator(d).capitalize()} ms of one forward with a {d['context']}-token context, by rows fed "
                 "(1 = decoding, K+1 = verifying):", "",

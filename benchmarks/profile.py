@@ -5,11 +5,12 @@ is why verifying K+1 tokens in one forward costs little more than decoding one. 
 fastest of its reps (:func:`specdec.model.timing.time_forward`, which says why), as the JSON's
 ``settings.estimator`` names it; results written before it was named took the median.
 
-Against the physical limit: the machine's memory-read bandwidth (a 1.6 GB float32 sum on torch's
-threads, measured before, between and after the fits: these shared machines drift), and each
-model's one-row forward over ``weight bytes / bandwidth``, the time just reading its weights takes.
-``--kernels`` fits every integer kernel variant here for both models too, their forwards timed in
-turn (all variants loaded at once), so a change in machine load hits them alike.
+Against the physical limit (:mod:`benchmarks.roofline`): each model's forward at 1 and K+1 rows over
+its roofline bound, max(weight bytes / the bandwidth its kernel reads at, multiply-adds / its
+kernel's rate at that row count with the weights in L2), the bandwidth probed before, between and
+after the fits (these shared machines drift). ``--kernels`` fits every integer kernel variant here
+for both models too, their forwards timed in turn (all variants loaded at once), so a change in
+machine load hits them alike.
 
     python -m benchmarks.profile           # 4 prompts x 64 tokens; L = 1..16, 11 reps
     python -m benchmarks.profile --quick   # 2 prompts x 32 tokens; L = 1..8, 7 reps
@@ -20,51 +21,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchmarks import tiny_pair
-from benchmarks.common import environment, timed_variants, write_json
+from benchmarks import roofline, tiny_pair
+from benchmarks.common import cpu_id, environment, timed_variants, write_json
 from benchmarks.sweep import pooled, run
-from benchmarks.tables import estimator, fit_rows, machine_line, measured_ms
+from benchmarks.tables import estimator, fit_rows, fmt, machine_line, measured_ms
 from benchmarks.throughput import CODE
 from specdec import DecodeConfig
 from specdec.decode.settings import add_model_arguments
-from specdec.model.kernels import PackedLinear
 from specdec.model.timing import ESTIMATOR, fit_line, time_forward, time_forwards
 
+CPU = torch.device("cpu")
 CONTEXT = 200  # tokens already in the cache when the timed forward starts (levers.py uses it too)
 DRAFTERS = {"speculative, draft model": "model", "speculative, prompt lookup": "lookup", "verifier only": "none"}
-
-
-def bandwidth_gb_s(gigabytes: float = 1.6, reps: int = 7) -> float:
-    """Memory-read bandwidth on torch's threads: the fastest of ``reps`` sums over a float32 tensor
-    far larger than any cache (a read cannot beat the memory, so the fastest is the best estimate)."""
-    x = torch.ones(int(gigabytes * 1e9) // 4)
-    x.sum()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t0)
-    return gigabytes / best
-
-
-def weight_bytes(model) -> int:
-    """The bytes a one-row forward reads: every matmul's weights (an embedding row is negligible)."""
-    return sum(m.nbytes() for m in model.modules() if isinstance(m, PackedLinear))
-
-
-def against_bandwidth(cost: dict, model, gb_s: float) -> dict:
-    """A fit with the model's weight bytes, their read time at ``gb_s``, and the one-row forward over it."""
-    nbytes = weight_bytes(model)
-    limit_ms = nbytes / gb_s / 1e6 if nbytes else None  # (transformers' own Linear layers: not counted)
-    one = measured_ms(cost).get(1)
-    return {**cost, "weight_bytes": nbytes, "read_ms_at_bandwidth": limit_ms,
-            "one_row_vs_read": one / limit_ms if one and limit_ms else None}
 
 
 def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
@@ -80,8 +53,8 @@ def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
         models = {v.label: load_model(name, pair.device, v, "target" if role == "verifier" else "draft")[0]
                   for v in variants}
         ms = time_forwards(models, lengths, CONTEXT, reps, vocab=pair.vocab_size)
-        out[role] = {label: {**fit(lengths, [ms[label][n] for n in lengths], k), "weight_bytes": weight_bytes(model)}
-                     for label, model in models.items()}
+        out[role] = {label: {**fit(lengths, [ms[label][n] for n in lengths], k),
+                             "weight_bytes": roofline.matmuls(model)[0]} for label, model in models.items()}
         for label, f in out[role].items():
             log(f"{role:9s} {label:14s} t_f = {f['a_ms']:.2f} ms, t_r = {f['b_ms_per_token']:.3f} ms/token, "
                 f"K+1 vs 1 = {f[f'verify_vs_decode_k{k}']:.2f}")
@@ -103,20 +76,25 @@ def fit(lengths: list[int], ms: list[float], k: int) -> dict:
             "lengths": list(lengths), "ms": y.tolist()}
 
 
-def forward_costs(pair, lengths: list[int], reps: int, k: int, log, gb_s: float | None = None) -> dict:
+def forward_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
     """The fit for the verifier and, if the pair has one, the draft model, each forward of L new tokens
-    after a CONTEXT-token cache keeping the logits of all L (as a verification does); with ``gb_s``
-    (the memory bandwidth) each also against the time its weights take to read."""
+    after a CONTEXT-token cache keeping the logits of all L (as a verification does)."""
     models = {"verifier": pair.target} | ({"draft": pair.draft} if pair.draft is not None else {})
     out = {}
     for role, model in models.items():
         ms = time_forward(model, lengths, CONTEXT, reps, vocab=pair.vocab_size)
         out[role] = fit(lengths, [ms[n] for n in lengths], k)
-        if gb_s:
-            out[role] = against_bandwidth(out[role], model, gb_s)
         log(f"{role:9s} forward: t_f = {out[role]['a_ms']:.2f} ms, t_r = {out[role]['b_ms_per_token']:.3f} ms/row, "
-            f"R^2 = {out[role]['r2']:.3f}" + (f", one row {out[role]['one_row_vs_read']:.2f}x its weights' read time"
-                                              if out[role].get("one_row_vs_read") else ""))
+            f"R^2 = {out[role]['r2']:.3f}")
+    return out
+
+
+def model_layers(pair) -> dict[str, tuple]:
+    """{role: (model, its precision's layers on the CPU, the precision's label)}, as the pair built them."""
+    out = {"verifier": (pair.target, pair.precision.layers(CPU), pair.precision.label)}
+    if pair.draft is not None:
+        draft = pair.draft_precision or pair.precision
+        out["draft"] = (pair.draft, draft.layers(CPU, batch_invariant=False), draft.label)
     return out
 
 
@@ -154,8 +132,8 @@ COMMAND = "python -m benchmarks.profile"
 
 
 def _bandwidth_rows(d: dict) -> list[str]:
-    """Each model's one-row forward against the time its weights take to read at the best memory
-    bandwidth measured in the same run (the physical limit of a memory-bound forward)."""
+    """Results written before the roofline: each model's one-row forward against the time its weights
+    take to read at the best float32-sum bandwidth measured in the same run."""
     bw, costs = d.get("bandwidth_gb_s"), d["forward_cost"]
     if not bw or not any(f.get("read_ms_at_bandwidth") for f in costs.values()):
         return []
@@ -167,6 +145,27 @@ def _bandwidth_rows(d: dict) -> list[str]:
         one = measured_ms(f)[1]
         out.append(f"| {role} | {f['weight_bytes'] / 1e9:.2f} GB | {f['read_ms_at_bandwidth']:.1f} ms | {one:.1f} ms "
                    f"| **{f['one_row_vs_read']:.2f}x** |")
+    return out
+
+
+def _roofline_rows(d: dict) -> list[str]:
+    """Each model's forward at 1 and K+1 rows over its roofline bound (:mod:`benchmarks.roofline`)."""
+    roof = d.get("roofline")
+    if not roof:
+        return []
+    out = ["", "Against the roofline: bound(L) = max(weight bytes / B, L x weights / R(L)), B the bandwidth the "
+               "model's kernel reads a layer many times the last-level cache at (the best of the probes before, "
+               "between and after the fits), R(L) its multiply-adds per second at L rows with the weights in L2 "
+               "(`benchmarks/roofline.py`). The measured forward is the fit's point at L (the table above):", "",
+           "| model, rows L | kernel | weight bytes | B | R(L) | bound: memory / compute | measured | measured / bound |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for role, r in roof.items():
+        for n, x in r["rows"].items():
+            rate = r["gmac_s"][n]
+            out.append(f"| {role}, {n} | {r['precision']} | {r['weight_bytes'] / 1e9:.2f} GB "
+                       f"| {max(r['bandwidth_gb_s']):.1f} GB/s | {fmt(rate, 'f')} GMAC/s "
+                       f"| {x['memory_ms']:.2f} / {fmt(x['compute_ms'], 'f')} ms | {fmt(x['measured_ms'], 'f')} ms "
+                       f"| **{fmt(x['ratio'], 'x')}** |")
     return out
 
 
@@ -189,7 +188,8 @@ def render(d: dict) -> str:
     """docs/results.md's block for one profile result: the runs' phases, the forward fits, the
     bandwidth and the kernel variants."""
     s = d["settings"]
-    out = [f"#### Where the time goes: {d['models']['target']} verified, {d['models']['draft']} drafting", "",
+    out = [f"#### Where the time goes on {cpu_id(d['hardware'])}: {d['models']['target']} verified, "
+           f"{d['models']['draft']} drafting", "",
            f"{machine_line(d)}. K = {s['k']}, confidence {s['confidence']}, {len(s['prompts'])} code prompts x "
            f"{s['max_new_tokens']} new tokens, T = 0. Phase shares are of wall time, every phase timed with a "
            "device sync.", "", "| run | tok/s | in model forwards | outside forwards | phases (share of wall time) |",
@@ -200,7 +200,7 @@ def render(d: dict) -> str:
     out += ["", f"One forward of L new tokens on a {s['context']}-token cache, fitted as t(L) = t_f + t_r·L over "
                 f"L = {s['lengths'][0]}..{s['lengths'][-1]} ({estimator(s)} of {s['reps']} reps):", ""]
     out += fit_rows(d["forward_cost"], s["k"])
-    out += _bandwidth_rows(d) + _kernel_rows(d, s["k"])
+    out += _bandwidth_rows(d) + _roofline_rows(d) + _kernel_rows(d, s["k"])
     return "\n".join(out)
 
 
@@ -214,18 +214,22 @@ def main(argv=None) -> int:
         r = runs[name]
         log(f"{name:26s} {r['tok_s']:7.2f} tok/s  forwards {r['forward_share']:.0%} of wall time  "
             + "  ".join(f"{ph} {share:.0%}" for ph, share in r["phase_share"].items()))
-    probe = lambda: bandwidth_gb_s(0.1 if args.tiny else 1.6)  # noqa: E731
+    models = model_layers(pair)
+    probe = roofline.probes({role: layers for role, (_, layers, _) in models.items()}, 8e6 if args.tiny else None)
     bandwidth = [probe()]
-    log(f"memory-read bandwidth: {bandwidth[-1]:.1f} GB/s")
-    costs = forward_costs(pair, lengths, reps, args.k, log, max(bandwidth))
+    costs = forward_costs(pair, lengths, reps, args.k, log)
     bandwidth.append(probe())
     kernels = kernel_costs(pair, lengths, reps, args.k, log) if args.kernels and not args.tiny else None
     if kernels:
         bandwidth.append(probe())
-    log(f"memory-read bandwidth: {', '.join(f'{b:.1f}' for b in bandwidth)} GB/s")
-    for role, model in (("verifier", pair.target), ("draft", pair.draft)):
-        if model is not None:  # against the best bandwidth seen: the physical limit, not a busy moment's
-            costs[role] = against_bandwidth(costs[role], model, max(bandwidth))
+    del probe  # its layers (hundreds of MB each) before the compute rates are measured
+    # against the best bandwidth seen: the physical limit, not a busy moment's
+    roof = roofline.against(models, bandwidth, [1, args.k + 1], torch.get_num_threads(),
+                            {role: measured_ms(costs[role]) for role in models})
+    for role, r in roof.items():
+        log(f"{role:9s} roofline: {', '.join(f'{b:.1f}' for b in r['bandwidth_gb_s'])} GB/s, "
+            + ", ".join(f"L = {n}: bound {x['bound_ms']:.1f} ms ({x['bound_by']}), measured / bound "
+                        + (f"{x['ratio']:.2f}" if x["ratio"] else "-") for n, x in r["rows"].items()))
 
     out = Path(args.out or tiny_pair.default_out("profile", env, args.tiny))
     write_json(out, {"benchmark": "profile", **env, "quick": args.quick, "tiny": args.tiny,
@@ -233,7 +237,7 @@ def main(argv=None) -> int:
                      "settings": {"k": args.k, "confidence": args.confidence, "max_new_tokens": n,
                                   "prompts": [label for label, _ in prompts], "context": CONTEXT,
                                   "lengths": lengths, "reps": reps, "estimator": ESTIMATOR},
-                     "bandwidth_gb_s": bandwidth, "runs": runs, "forward_cost": costs, "kernels": kernels})
+                     "runs": runs, "forward_cost": costs, "roofline": roof, "kernels": kernels})
     log(f"wrote {out}")
     return 0
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from benchmarks.common import cpu_id
+
 
 def fmt(x, kind: str) -> str:
     """``x`` as a speed-up ("x"), a share ("%") or a plain figure ("f"); a dash where there is none."""
@@ -21,7 +23,7 @@ def anchor(heading: str) -> str:
 def machine_line(d: dict) -> str:
     """The machine, precision, versions and commit a result was measured with, in one sentence."""
     hw, v = d["hardware"], d["versions"]
-    return (f"{hw['cpu']} ({', '.join(hw['cpu_flags']) or 'no AVX2'}), {hw['torch_threads']} threads, "
+    return (f"{cpu_id(hw)} ({', '.join(hw['cpu_flags']) or 'no AVX2'}), {hw['torch_threads']} threads, "
             f"{d['device']}, precision {d['precision']}; torch {v['torch']}, transformers {v['transformers']}; "
             f"commit `{d['commit']}`, {d['date'][:10]}{' (quick run)' if d.get('quick') else ''}")
 

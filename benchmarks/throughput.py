@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, environment, timed_variants, write_json
+from benchmarks.common import ROOT, cpu_id, cpu_label, environment, timed_variants, write_json
 from benchmarks.fidelity import fidelity
 from benchmarks.tables import anchor, fmt, measured_ms
 from specdec import DecodeConfig, SamplingConfig, load_pair
@@ -220,7 +220,7 @@ def _table(group: dict) -> list[str]:
 def heading(d: dict) -> str:
     """The heading of one result's block in docs/results.md (the README's headline links to it)."""
     hw = d["hardware"]
-    return (f"{hw['cpu']} ({', '.join(hw['cpu_flags']) or 'no AVX2'}; torch ISA {hw['torch_isa']}), "
+    return (f"{cpu_id(hw)} ({', '.join(hw['cpu_flags']) or 'no AVX2'}; torch ISA {hw['torch_isa']}), "
             f"{hw['cores']} cores, {hw['torch_threads']} threads")
 
 
@@ -280,12 +280,19 @@ def _sampled(d: dict) -> str:
     return _vs(group, pick("speculative"), pick("verifier"))
 
 
-def _vs_read(profile: dict | None) -> str:
-    """Each model's one-row forward over its weights' read time at the measured bandwidth."""
+def _vs_bound(profile: dict | None) -> str:
+    """Each model's forward over its roofline bound at 1 and K+1 rows (benchmarks/roofline.py); in
+    profiles written before it, the one-row forward over its weights' read time at the float32-sum
+    bandwidth."""
+    roof = (profile or {}).get("roofline")
+    if roof and all(x["ratio"] for r in roof.values() for x in r["rows"].values()):
+        k1 = str(profile["settings"]["k"] + 1)
+        at = lambda n: " / ".join(f"{roof[role]['rows'][n]['ratio']:.2f}x" for role in ("verifier", "draft"))  # noqa: E731
+        return f"{at('1')} (roofline; {k1} rows: {at(k1)})"
     ratios = [(profile or {}).get("forward_cost", {}).get(role, {}).get("one_row_vs_read") for role in ("verifier", "draft")]
     if not all(ratios):
         return "not measured"
-    return f"{ratios[0]:.2f}x / {ratios[1]:.2f}x (at {max(profile['bandwidth_gb_s']):.0f} GB/s)"
+    return f"{ratios[0]:.2f}x / {ratios[1]:.2f}x (weights' read time at {max(profile['bandwidth_gb_s']):.0f} GB/s)"
 
 
 def _v6(profile: dict | None) -> str:
@@ -313,7 +320,7 @@ HEADLINE_ROWS = [
      lambda d, p: "yes" if all(d["summary"][g][SPECULATIVE]["identical_to_base"] for g in ("code", "prose")) else "**no**"),
     ("peak memory, default run", lambda d, p: f"{_headline(d, 'peak resident', 'f')} GiB"),
     ("verifier's K+1-row forward / 1-row, fitted (K = 6)", lambda d, p: _v6(p)),
-    ("one-row forward / its weights' read time, verifier / draft", lambda d, p: _vs_read(p)),
+    ("one-row forward / its bound, verifier / draft", lambda d, p: _vs_bound(p)),
     ("verifier-only vs llama.cpp greedy", lambda d, p: _headline(d, "verifier-only vs llama.cpp", "x")),
     ("speculative vs llama.cpp greedy", lambda d, p: _headline(d, "speculative vs llama.cpp greedy", "x")),
     ("speculative vs llama.cpp's own speculation, at its best",
@@ -322,13 +329,6 @@ HEADLINE_ROWS = [
      lambda d, p: _headline(d, "speculative vs best transformers", "x")),
     ("run", lambda d, p: _run(d)),
 ]
-
-
-def _family(d: dict) -> str:
-    hw, flags = d["hardware"], set(d["hardware"]["cpu_flags"])
-    isa = ("AMX" if "amx_int8" in flags else "AVX-512" if "avx512f" in flags else
-           "AVX2" if "avx2" in flags else "no AVX2")
-    return f"{hw['cpu'].replace('(R)', '').removesuffix(' Processor')}, {isa}, {hw['cores']} cores"
 
 
 def render_headline(results: list[dict]) -> str:
@@ -343,7 +343,7 @@ def render_headline(results: list[dict]) -> str:
         if d["benchmark"] == "profile":
             profiles.setdefault(d.get("cpu_slug"), d)
     gpu_column = all(d["device"] == "cpu" for d in runs)
-    out = ["| | " + " | ".join(f"[{_family(d)}](docs/results.md#{anchor(heading(d))})" for d in runs)
+    out = ["| | " + " | ".join(f"[{cpu_label(d['hardware'])}, {d['hardware']['cores']} cores](docs/results.md#{anchor(heading(d))})" for d in runs)
            + (" | GPU (CUDA, Apple MPS) |" if gpu_column else " |"), "|---|" + "---|" * (len(runs) + gpu_column)]
     out += [f"| {label} | " + " | ".join(cell(d, profiles.get(d.get("cpu_slug"))) for d in runs)
             + (" | not measured |" if gpu_column else " |") for label, cell in HEADLINE_ROWS]

@@ -23,7 +23,7 @@ from benchmarks import (
     trees,
 )
 from benchmarks.chromium import find_chromium
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, cpu_label, machine_slug
 from specdec.model.timing import ESTIMATOR
 
 # a tiny model's forward takes about a millisecond: a second thread costs more than it saves
@@ -105,6 +105,22 @@ def test_profile_accounts_for_wall_time_and_fits_the_forward_cost(tmp_path):
         assert math.isfinite(f["a_ms"]) and math.isfinite(f["b_ms_per_token"])
         assert math.isfinite(f["r2"]) and f["r2"] <= 1
         assert len(f["ms"]) == len(lengths)
+        r = data["roofline"][role]
+        assert r["weight_bytes"] > 0 and r["weights"] > 0 and r["precision"] == data["precision"]
+        assert len(r["bandwidth_gb_s"]) == 2 and set(r["rows"]) == set(r["gmac_s"]) == {"1", "7"}
+        for n, x in r["rows"].items():  # the definition, on whatever this run measured
+            assert x["memory_ms"] == pytest.approx(r["weight_bytes"] / max(r["bandwidth_gb_s"]) / 1e6)
+            assert x["bound_ms"] == max(x["memory_ms"], x["compute_ms"] or 0)
+            assert x["measured_ms"] == f["ms"][lengths.index(int(n))] and x["ratio"] == x["measured_ms"] / x["bound_ms"]
+
+
+def test_roofline_bound_is_the_slower_of_reading_the_weights_and_computing_with_them():
+    from benchmarks.roofline import bound
+    # 2 GB at 20 GB/s: 100 ms to read; 1e9 weights at 1 row and 100 GMAC/s: 10 ms; at 7 rows and 50: 140 ms
+    r = bound(2e9, 10**9, 20.0, {1: 100e9, 7: 50e9, 16: None}, {1: 150.0, 7: 168.0})
+    assert (r["1"]["bound_ms"], r["1"]["bound_by"], r["1"]["ratio"]) == pytest.approx((100.0, "memory", 1.5))
+    assert (r["7"]["bound_ms"], r["7"]["bound_by"], r["7"]["ratio"]) == pytest.approx((140.0, "compute", 1.2))
+    assert r["16"]["compute_ms"] is None and r["16"]["bound_ms"] == 100.0 and r["16"]["ratio"] is None
 
 
 def test_fit_recovers_a_line_and_tolerates_flat_timings():
@@ -235,6 +251,29 @@ def test_the_headline_has_a_column_per_committed_throughput_run():
     for d in runs:
         assert f"**{d['headline']['speculative vs verifier-only, code (geomean)']:.2f}x**" in block
         assert f"{d['headline']['peak resident memory, default run (GiB)']:.2f} GiB" in block
+
+
+def test_two_cpus_of_one_name_and_flags_keep_their_own_file_and_column():
+    """A Zen 4 and a Zen 5 both read "AMD EPYC" with AVX-512 VNNI: their family and model number
+    name their files and their columns apart; the same Xeon with AMX hidden is another machine."""
+    flags = ["avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni"]
+    zen4 = {"cpu": "AMD EPYC", "cpu_vendor": "AuthenticAMD", "cpu_family": 25, "cpu_model_number": 17,
+            "cpu_flags": flags, "torch_isa": "AVX512", "cores": 2, "torch_threads": 2, "accelerator": "cpu"}
+    zen5 = {**zen4, "cpu_family": 26, "cpu_model_number": 2}
+    assert machine_slug(zen4, "cpu") == "cpu-amd-epyc-f25m17-avx512-vnni"
+    assert machine_slug(zen5, "cpu") == "cpu-amd-epyc-f26m2-avx512-vnni"
+    assert cpu_label(zen4) == "Zen 4 (AMD EPYC, family 25 model 17, avx512_vnni)"
+    xeon = {**zen4, "cpu": "Intel(R) Xeon(R) Processor", "cpu_vendor": "GenuineIntel", "cpu_family": 6,
+            "cpu_model_number": 207, "cpu_flags": flags + ["avx_vnni", "amx_bf16", "amx_int8", "amx_tile"]}
+    hidden = {**xeon, "cpu_flags": flags + ["avx_vnni"]}
+    assert machine_slug(xeon, "cpu") == "cpu-intel-xeon-f6m207-amx-int8"
+    assert machine_slug(hidden, "cpu") == "cpu-intel-xeon-f6m207-avx512-vnni"
+
+    run = json.loads((ROOT / "benchmarks" / "results" / "throughput-cpu-amd-epyc-f25m17-avx512-vnni.json").read_text())
+    runs = [{**run, "hardware": hw, "cpu_slug": machine_slug(hw, "cpu")} for hw in (zen4, zen5)]
+    header = throughput.render_headline(runs).splitlines()[0]
+    assert "[Zen 4 (AMD EPYC, family 25 model 17, avx512_vnni), 2 cores](docs/results.md#amd-epyc-family-25-model-17-" in header
+    assert "[Zen 5 (AMD EPYC, family 26 model 2, avx512_vnni), 2 cores](docs/results.md#amd-epyc-family-26-model-2-" in header
 
 
 def test_report_writes_each_block_wherever_its_markers_are(tmp_path, capsys):

@@ -2,7 +2,7 @@
 one-time measurement, never from one machine's numbers; for the verifier and the draft apart.
 
 The fastest kernel differs by CPU: on an AVX2-only AMD EPYC bf16 matmuls are emulated (slow) and
-int8 GEMMs are several times faster than float32 (benchmarks/results/levers-cpu-amd-epyc-avx2.json);
+int8 GEMMs are several times faster than float32 (benchmarks/results/levers-cpu-amd-epyc-f25m1-avx2.json);
 on a Xeon with AMX, bf16 and int8 are native; which integer kernel wins (specdec's own,
 :mod:`specdec.model.native`, oneDNN's, fbgemm's or torch's int4) can differ too. So on a CPU
 ``auto`` times every available variant (:mod:`specdec.model.calibration`: interleaved, medians,
@@ -139,17 +139,25 @@ class Layers:
         return self.device.type == "cpu" and self.kernel.keeps_state
 
 
-def cpu_description() -> dict:
-    """CPU model and the flags that decide kernels; every benchmark JSON carries it."""
-    model, flags = platform.processor() or platform.machine(), []
+def cpuinfo() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo ("model name", "cpu family", "flags", ...);
+    empty where there is none (macOS, Windows)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = line.split(":", 1)[1].split()
+            if not line.strip():
+                break  # the first processor's block ends: the others repeat it
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
     except OSError:
         pass
+    return fields
+
+
+def cpu_description() -> dict:
+    """CPU model and the flags that decide kernels; every benchmark JSON carries it."""
+    info = cpuinfo()
+    model, flags = info.get("model name") or platform.processor() or platform.machine(), info.get("flags", "").split()
     keep = ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8",
             "amx_tile")
     return {"model": model, "flags": [f for f in keep if f in flags], "isa": torch.backends.cpu.get_cpu_capability()}
@@ -255,7 +263,7 @@ def pick_draft(timings: dict[str, list[float]], layers: int, cpu_model: str,
     """The draft's variant with the lowest estimated matmul time per drafted token (among
     ``allowed`` names). 4-bit drafts are candidates: with specdec's int4 kernel an int4 draft
     agrees with the verifier's choices nearly as often as an int8 one and drafts faster (AMD EPYC
-    Zen 4: benchmarks/results/throughput-cpu-amd-epyc-avx512-vnni.json; docs/results.md)."""
+    Zen 4: benchmarks/results/throughput-cpu-amd-epyc-f25m17-avx512-vnni.json; docs/results.md)."""
     costs = {n: layers * t[0] + t[1] for n, t in timings.items() if allowed is None or n.split()[0] in allowed}
     best, how = _winner(costs)
     reason = (f"{best}: {how} for one drafted token (est. ms of its {layers} layers' and output layer's "
