@@ -115,9 +115,9 @@ float half_to_float(uint16_t h) { return static_cast<float>(c10::Half(h, c10::Ha
 //
 // A prologue may come first, per row, so that a transformer layer needs no separate calls for
 // it: ``gated`` (x is (M, 2K): silu(x[:, :K]) * x[:, K:], the SiLU-gated MLP) and ``norm``
-// (rms_norm with that weight: x * (1 / sqrt(mean(x^2) + eps)) * w). Both run on one code path
-// per machine (AVX2 where present), whichever path the matmul takes, so every matmul path still
-// sees the same activations.
+// (rms_norm with that weight: x * (1 / sqrt(mean(x^2) + eps)) * w). The scalar path takes the
+// AVX2 code's steps in its order (exp_scalar, the sum of squares in 8 lanes), so every path, and
+// every machine, computes the same activations bit for bit.
 
 struct Prologue {
   const float* norm = nullptr;
@@ -126,13 +126,41 @@ struct Prologue {
   bool active() const { return norm || gated; }
 };
 
+// e^x for one float by exp_avx2's operations in its order (see there): min and max as the vector
+// instructions order their operands, fused multiply-adds where it fuses.
+float exp_scalar(float x) {
+  x = x < 88.37626f ? x : 88.37626f;
+  x = x > -88.37626f ? x : -88.37626f;
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(-n, 0.693359375f, x);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500E-4f;
+  p = std::fma(p, r, 1.3981999507E-3f);
+  p = std::fma(p, r, 8.3334519073E-3f);
+  p = std::fma(p, r, 4.1665795894E-2f);
+  p = std::fma(p, r, 1.6666665459E-1f);
+  p = std::fma(p, r, 5.0000001201E-1f);
+  p = std::fma(p, r * r, r + 1.f);
+  const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+  float e;
+  std::memcpy(&e, &bits, 4);
+  return p * e;
+}
+
 void prologue_scalar(const float* src, int64_t K, const Prologue& p, float* out) {
-  for (int64_t k = 0; k < K; ++k) out[k] = p.gated ? src[k] / (1.f + std::exp(-src[k])) * src[K + k] : src[k];
+  for (int64_t k = 0; k < K; ++k) {
+    const float v = src[k];
+    out[k] = p.gated ? v / (1.f + exp_scalar(0.f - v)) * src[K + k] : v;
+  }
   if (!p.norm) return;
-  float ss = 0.f;
-  for (int64_t k = 0; k < K; ++k) ss += out[k] * out[k];
+  float lane[8] = {0.f};  // prologue_avx2's accumulator, then its horizontal sum (hsum_avx2), then the tail
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    for (int i = 0; i < 8; ++i) lane[i] = std::fma(out[k + i], out[k + i], lane[i]);
+  float ss = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  for (; k < K; ++k) ss += out[k] * out[k];
   const float r = 1.f / std::sqrt(ss / (float)K + p.eps);
-  for (int64_t k = 0; k < K; ++k) out[k] = out[k] * r * p.norm[k];
+  for (k = 0; k < K; ++k) out[k] = out[k] * r * p.norm[k];
 }
 
 struct Acts {
@@ -278,11 +306,6 @@ Acts quantize(const at::Tensor& x, int64_t Kp, int64_t isa, const Prologue& pro)
   a.Kp = Kp;
   a.G = Kp / GROUP;
   const int64_t ld = x.size(1), K = pro.gated ? ld / 2 : ld;
-#ifdef SPECDEC_X86
-  const bool avx2 = available_mask() & (1 << AVX2);
-#else
-  const bool avx2 = false;
-#endif
   a.q.assign(a.M * Kp, 0);
   a.scale.resize(a.M);
   a.comp.resize(a.M);
@@ -295,7 +318,7 @@ Acts quantize(const at::Tensor& x, int64_t Kp, int64_t isa, const Prologue& pro)
       const float* src = xp + m * ld;
       if (pro.active()) {
 #ifdef SPECDEC_X86
-        if (avx2) prologue_avx2(src, K, pro, row.data());
+        if (isa != SCALAR) prologue_avx2(src, K, pro, row.data());
         else
 #endif
           prologue_scalar(src, K, pro, row.data());
