@@ -67,7 +67,7 @@ constexpr int Q4_BYTES = 320;     // one int4 block-group: 256 bytes of nibbles,
 // arithmetic per byte grows and the hardware prefetcher alone lets memory and arithmetic take
 // turns; 4 KB ahead keeps the next weights on their way while the current ones are multiplied
 // (benchmarks/kernel_candidates.py times this kernel: benchmarks/results/kernel_candidates-*.json).
-constexpr int PREFETCH = 4096;
+[[maybe_unused]] constexpr int PREFETCH = 4096;  // used by the x86 paths
 
 // A path is offered where the CPU has every instruction set its code is compiled for: the vector
 // paths all run the AVX2 activation code (quantize), and the 256-bit tiles convert float16 with
@@ -347,6 +347,7 @@ Acts quantize(const at::Tensor& x, int64_t Kp, int64_t isa, const Prologue& pro)
   return a;
 }
 
+#ifdef SPECDEC_X86
 // Four int8 activations as one 32-bit lane, to broadcast against a weight vector's channels.
 inline int32_t quad(const int8_t* p) {
   int32_t v;
@@ -356,7 +357,6 @@ inline int32_t quad(const int8_t* p) {
 #define bcast256(p) _mm256_set1_epi32(quad(p))
 #define bcast512(p) _mm512_set1_epi32(quad(p))
 
-#ifdef SPECDEC_X86
 // Prefetches PREFETCH bytes past byte ``at`` of a weight stream of ``size`` bytes that starts at
 // ``base``, where that is still inside it: the offset is checked as an integer first, so no
 // pointer past the end of the weights is ever formed.
@@ -655,7 +655,7 @@ void int8_blocks(const int8_t* W, const float* scales, int64_t nb, int64_t Kq, c
   const int64_t step = max_rows(isa);
   for (int64_t b = b0; b < b1; ++b) {
     const int8_t* Wb = W + b * Kq * 64;
-    const int64_t stream = (nb - b) * Kq * 64;
+    [[maybe_unused]] const int64_t stream = (nb - b) * Kq * 64;
     const float* sw = scales + b * BLOCK;
     for (int64_t m0 = 0; m0 < a.M; m0 += step) {
       const int64_t mr = std::min<int64_t>(step, a.M - m0);
@@ -688,7 +688,7 @@ void int4_blocks(const uint8_t* P, int64_t nb, int64_t G, const Acts& a, const O
   const int64_t step = max_rows(isa);
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* Pb = P + b * G * Q4_BYTES;
-    const int64_t stream = (nb - b) * G * Q4_BYTES;
+    [[maybe_unused]] const int64_t stream = (nb - b) * G * Q4_BYTES;
     for (int64_t m0 = 0; m0 < a.M; m0 += step) {
       const int64_t mr = std::min<int64_t>(step, a.M - m0);
 #ifdef SPECDEC_X86
