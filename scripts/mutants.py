@@ -5,7 +5,8 @@
     python scripts/mutants.py --only residual-unnormalised stop-last-token-only
 
 Each mutant is a literal edit of one source file in a scratch copy of the repository; the fast
-tier (``pytest -m "not real and not browser" -x``) then runs against that copy. A mutant is
+tier (``pytest -m "not real and not browser" -x``) then runs against that copy, with specdec's C++
+kernels built in it (once for the unmutated copy, again for each mutant of their source). A mutant is
 *killed* when some test fails, and *survives* when all pass: a survivor is a bug class the tests
 cannot see. Exit status 1 if any survives. The bug classes are those an independent mutation run
 found slipping through, plus the classic mistakes of speculative decoding implementations.
@@ -189,6 +190,24 @@ MUTANTS = [
            "                row = row[:4] + [DASH, DASH, DASH, Status(pos.status).text]",
            "                row = row + [DASH, DASH, Status(pos.status).text]",
            "the step table gives p/q and u for a draft after the rejection"),
+    Mutant("avx2-silu-sign-flipped", "specdec/model/csrc/qlinear.cpp",
+           "const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), v));",
+           "const __m256 e = exp_avx2(v);",
+           "the AVX2 prologue's SiLU computes x / (1 + e^x): the gated MLP's activations are wrong"),
+    Mutant("scalar-silu-sign-flipped", "specdec/model/csrc/qlinear.cpp",
+           "v / (1.f + exp_scalar(0.f - v))", "v / (1.f + exp_scalar(v))",
+           "the scalar prologue's SiLU computes x / (1 + e^x)"),
+    Mutant("avx2-activation-tail-dropped", "specdec/model/csrc/qlinear.cpp",
+           "  for (; k < K; ++k) q[k] = (int8_t)std::min(127.f, std::max(-127.f, std::nearbyint(x[k] * inv)));\n", "",
+           "the AVX2 activation quantisation leaves the inputs after its last whole vector at 0 (K not a multiple "
+           "of 8)"),
+    Mutant("vnni-correction-tail-dropped", "specdec/model/csrc/qlinear.cpp",
+           "      for (int64_t k = a.G * GROUP; k < Kp; ++k) total += q[k];\n", "",
+           "the int8 VNNI correction 128 * sum(xq) leaves out the inputs past the last group of 32 (killed only "
+           "where the CPU has AVX-VNNI or AVX512-VNNI, the paths that subtract it)"),
+    Mutant("epilogue-bias-dropped", "specdec/model/csrc/qlinear.cpp",
+           "float v = o.bias ? vals16[c] + o.bias[n0 + c] : vals16[c];", "float v = vals16[c];",
+           "the scalar and AVX2 paths' epilogue leaves the bias out"),
     Mutant("rejected-chip-keeps-newline", "specdec_ui/markup.py",
            "<span class=\"rej-text\">{whitespace_html(s.text, keep=False)}</span>",
            "<span class=\"rej-text\">{whitespace_html(s.text)}</span>",
@@ -208,8 +227,22 @@ def scratch_copy() -> Path:
     return dest
 
 
+def libraries(where: Path) -> list[Path]:
+    """specdec's built C++ kernels in a copy (what specdec.model.native loads)."""
+    return sorted((where / "specdec" / "model").glob("_qlinear*"))
+
+
+def build_kernels(where: Path, timeout: int) -> None:
+    """Builds specdec's C++ kernels in a copy: git does not track the built library, and without it
+    their tests skip. Where the build fails (a mutant that does not compile, no compiler) no library
+    appears; the build is optional, as in the package's install."""
+    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=where, capture_output=True,
+                   timeout=timeout)
+
+
 # The tests of a source file's area run first, so that -x stops at the nearest catch (pytest skips a path given twice).
-AREA_TESTS = {"specdec/model": "tests/model", "specdec/weights": "tests/model", "specdec/decode": "tests/decode",
+AREA_TESTS = {"specdec/model": "tests/model", "specdec/model/csrc": "tests/model", "specdec/weights": "tests/model",
+              "specdec/decode": "tests/decode",
               "specdec/teach": "tests/teach", "specdec_ui": "tests/ui", "specdec_ui/tabs": "tests/ui",
               "specdec": "tests/decode"}
 
@@ -246,14 +279,19 @@ def main(argv: list[str] | None = None) -> int:
         for m in MUTANTS:
             print(f"{m.name:28s} {m.path:22s} {m.why}")
         return 0 if args.list else 2
-    # The control: the unmutated copy must pass, or every "killed" below would mean nothing.
-    where = scratch_copy()
+    # The control: the unmutated copy must pass, or every "killed" below would mean nothing. Its
+    # kernels are kept for the mutants of other files.
+    where, built = scratch_copy(), Path(tempfile.mkdtemp(prefix="specdec-kernels-"))
     try:
+        build_kernels(where, args.timeout)
+        for lib in libraries(where):
+            shutil.copy2(lib, built / lib.name)
         passed, detail = run_tests(where, args.timeout)
     finally:
         shutil.rmtree(where, ignore_errors=True)
     if not passed:
         print(f"the unmutated copy fails the tests ({detail}): fix that first; no mutant was run")
+        shutil.rmtree(built, ignore_errors=True)
         return 2
     print("control: the unmutated copy passes", flush=True)
     survivors = []
@@ -268,6 +306,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             path.write_text(text.replace(m.old, m.new))
             t0 = time.perf_counter()
+            if path.suffix == ".cpp":  # the kernels rebuilt from the mutated source
+                build_kernels(where, args.timeout)
+                if any(built.iterdir()) and not libraries(where):
+                    print(f"{m.name:28s} STALE: the mutated kernels do not build; update the mutant")
+                    survivors.append(m.name)
+                    continue
+            else:
+                for lib in built.iterdir():
+                    shutil.copy2(lib, where / "specdec" / "model" / lib.name)
             passed, detail = run_tests(where, args.timeout, area_tests(m.path))
             verdict = "SURVIVED" if passed else "killed  "
             print(f"{m.name:28s} {verdict} {time.perf_counter() - t0:5.0f} s  {detail}", flush=True)
@@ -275,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 survivors.append(m.name)
         finally:
             shutil.rmtree(where, ignore_errors=True)
+    shutil.rmtree(built, ignore_errors=True)
     print(f"\n{len(chosen) - len(survivors)}/{len(chosen)} mutants killed" +
           (f"; survivors: {', '.join(survivors)}" if survivors else ""))
     return 1 if survivors else 0

@@ -13,7 +13,8 @@ per machine by capability checks and a cached one-time measurement. Representati
                    as llama.cpp's Q8 activation dot products), on one of two integer GEMMs chosen
                    by measurement: oneDNN's (``Int8DnnLinear``: plain int8 tensors, VNNI/AMX, the
                    op torch's own int8 inference uses) or fbgemm's (``Int8Linear``: it rests on
-                   torch's quantized-tensor type, deprecated in torch 2.10+). Integer
+                   torch's quantized-tensor type, deprecated in torch 2.10+, so it is offered only
+                   where specdec's own kernels are not built). Integer
                    accumulation is exact, and each row gets its own activation scale, so a row's
                    result does not depend on which other rows share the batch: the verifier's
                    K+1-row forward and its 1-row forward agree exactly in these layers.

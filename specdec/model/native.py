@@ -94,6 +94,13 @@ def best_isa() -> int:
     return max(isas())
 
 
+def vector_attention(head_dim: int) -> bool:
+    """Whether specdec's attention op runs a vector loop for this head size here (AVX2, and the
+    head sizes of the models we run); elsewhere it would loop in scalar code (aarch64, other head
+    sizes), slower than torch's attention, which then runs instead."""
+    return available() and bool(ops().attention_simd(head_dim))
+
+
 def _padded(n: int, to: int) -> int:
     return -(-n // to) * to
 

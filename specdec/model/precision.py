@@ -173,8 +173,8 @@ def cpu_capabilities() -> dict:
 
 def cpu_candidates(caps: dict | None = None) -> list[str]:
     """Representations with a native kernel here. bf16 only with native bf16 (emulated bf16 is
-    slower than float32); float16 needs fbgemm (x86); int8 needs specdec's kernels, fbgemm or
-    oneDNN with VNNI/AMX; int4 specdec's kernels or torch's AVX2/AVX512 path."""
+    slower than float32); float16 needs fbgemm (x86); int8 needs specdec's kernels, oneDNN with
+    VNNI/AMX, or fbgemm where specdec's are not built; int4 specdec's kernels or torch's AVX2/AVX512 path."""
     return sorted({v.name for v in cpu_variants(caps)}, key=PRECISIONS.index)
 
 
@@ -190,7 +190,9 @@ def cpu_variants(caps: dict | None = None) -> list[Precision]:
         out.append(Precision("int8", "", kernel="specdec"))
     if caps.get("onednn_int8"):
         out.append(Precision("int8", "", kernel="onednn"))
-    if caps["fbgemm"]:
+    # fbgemm's int8 rests on torch's deprecated quantized tensors: offered only where specdec's
+    # kernels are not built (calibration no longer picked it on any CPU measured once they were)
+    if caps["fbgemm"] and not caps.get("specdec"):
         out.append(Precision("int8", "", kernel="fbgemm"))
     if caps.get("specdec"):
         out.append(Precision("int4", "", kernel="specdec"))

@@ -340,9 +340,11 @@ class LeanQwen2(torch.nn.Module):
     def _seen(self, L: int, T: int, tree: TreeAttention | None) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """What each new row attends to, for specdec's attention op (:mod:`specdec.model.native`): the
         number of keys and, for a tree, which ones ((T,), (T, n) or None). None where torch's
-        attention runs instead: the op is not built, or a prompt's prefill (more than EXACT_ROWS
-        rows, which a fused call does fastest and no verification is compared with)."""
-        if self.device.type != "cpu" or not native.available() or (tree is None and T > EXACT_ROWS):
+        attention runs instead: the op is not built or has no vector loop for this head size here,
+        or a prompt's prefill (more than EXACT_ROWS rows, which a fused call does fastest and no
+        verification is compared with)."""
+        if self.device.type != "cpu" or not native.vector_attention(self.shape.head_dim) or \
+                (tree is None and T > EXACT_ROWS):
             return None
         if tree is None:
             return torch.arange(L + 1, L + T + 1), None

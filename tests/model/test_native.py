@@ -1,6 +1,7 @@
 """specdec's own int8/int4 kernels (specdec/model/csrc/qlinear.cpp): against their dequantised
 reference, bitwise batch-invariant at 1..16 rows, the same bits on every instruction-set path this
-CPU runs, loaded from a mapped file exactly as packed, and the fallback where they are not built."""
+CPU runs, loaded from a mapped file exactly as packed, and the fallback where they are not built;
+its attention op against torch's. (The fused prologues and epilogues: test_fused_kernels.py.)"""
 import shutil
 
 import pytest
@@ -112,6 +113,25 @@ def test_non_finite_rows_give_nan_and_a_zero_row_gives_the_bias(kind):
     y = LAYERS[kind].from_weight(w, b)(x)
     assert y[0].isfinite().all() and y[1].isnan().all() and y[3].isnan().all()
     assert torch.equal(y[2], b)
+
+
+@pytest.mark.parametrize("D", [8, 64, 128])  # 8: the scalar loop; 64 and 128 the vector one where there is one
+def test_attention_is_torchs_over_each_rows_own_keys_and_a_row_alone_gives_its_bits(D):
+    g = torch.Generator().manual_seed(D)
+    T, H, G, C = 5, 4, 2, 30
+    q = torch.randn(T, H, D, generator=g)
+    k, v = torch.randn(G, C, D, generator=g), torch.randn(G, C, D, generator=g)
+    lengths = torch.tensor([1, 9, 17, 26, 30])                                # a chain's rows: the first keys
+    index = torch.stack([torch.randperm(C, generator=g) for _ in range(T)])  # a tree's rows: their own keys
+    for idx in (None, index):
+        out = native.ops().attention(q, k, v, lengths, idx)                   # (T, H*D)
+        for t in range(T):
+            keys = torch.arange(lengths[t]) if idx is None else idx[t, :lengths[t]]
+            want = F.scaled_dot_product_attention(q[t, :, None], k[:, keys], v[:, keys], enable_gqa=True)  # (H, 1, D)
+            torch.testing.assert_close(out[t], want.reshape(H * D), rtol=1e-5, atol=1e-5)
+            alone = native.ops().attention(q[t:t + 1], k, v, lengths[t:t + 1], None if idx is None else idx[t:t + 1])
+            assert torch.equal(alone[0], out[t])
+    assert native.vector_attention(D) == (native.best_isa() >= 2 and D in (64, 128))
 
 
 def test_without_the_library_the_choice_falls_back_to_torchs_kernels():

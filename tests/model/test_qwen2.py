@@ -15,9 +15,14 @@ def hf_logits(model, ids):
         return model(torch.tensor([ids])).logits[0]
 
 
+# hidden 32 (head size 8): torch's attention; 256 (head size 64): specdec's attention op where it has a vector loop
+HIDDEN = [32, 256]
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
 @pytest.mark.parametrize("transposed", [False, True])
-def test_float32_lean_forward_equals_transformers(transposed):
-    hf = tiny.model(0, scale=4)
+def test_float32_lean_forward_equals_transformers(transposed, hidden):
+    hf = tiny.model(0, scale=4, hidden=hidden)
     lean = tiny.lean(hf, transposed=transposed)
     ids = tiny.prompt_ids(20)
     lm = CachedLM(lean, hf.config.vocab_size)
@@ -65,8 +70,9 @@ def test_cache_grows_past_its_first_capacity():
 
 
 @pytest.mark.skipif("int8" not in cpu_candidates(), reason="fbgemm (x86) kernels not in this torch")
-def test_int8_verifier_rows_equal_one_token_forwards():
-    lean = tiny.lean(tiny.model(3, scale=4), "int8")
+@pytest.mark.parametrize("hidden", HIDDEN)
+def test_int8_verifier_rows_equal_one_token_forwards(hidden):
+    lean = tiny.lean(tiny.model(3, scale=4, hidden=hidden), "int8")
     ids = tiny.prompt_ids(14)
     assert torch.equal(*tiny.verification_and_single_rows(lean, ids))
 

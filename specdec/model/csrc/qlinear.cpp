@@ -33,6 +33,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -41,12 +42,19 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define SPECDEC_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
+// Instruction sets per function, as attributes that GCC and clang both accept (clang ignores
+// #pragma GCC target, and its intrinsics then refuse to compile: no build on macOS). Every AVX2
+// function has the same set, so each can be inlined into the others.
+#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #endif
 
 namespace {
@@ -59,16 +67,24 @@ constexpr int Q4_BYTES = 320;     // one int4 block-group: 256 bytes of nibbles,
 // arithmetic per byte grows and the hardware prefetcher alone lets memory and arithmetic take
 // turns; 4 KB ahead keeps the next weights on their way while the current ones are multiplied
 // (benchmarks/kernel_candidates.py times this kernel: benchmarks/results/kernel_candidates-*.json).
-constexpr int PREFETCH = 4096;
+[[maybe_unused]] constexpr int PREFETCH = 4096;  // used by the x86 paths
 
+// A path is offered where the CPU has every instruction set its code is compiled for: the vector
+// paths all run the AVX2 activation code (quantize), and the 256-bit tiles convert float16 with
+// F16C, so each needs AVX2, FMA and F16C. F16C and AVX-VNNI are read from CPUID: not every
+// compiler's __builtin_cpu_supports knows their names (it also checks, for avx2 and avx512f, that
+// the OS saves the wider registers).
 int64_t detect_mask() {
   int64_t mask = 1 << SCALAR;
 #ifdef SPECDEC_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) mask |= 1 << AVX2;
-  if ((mask & (1 << AVX2)) && __builtin_cpu_supports("avxvnni")) mask |= 1 << AVXVNNI;
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+  unsigned eax, ebx, ecx, edx;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+  const bool avxvnni = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4));
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) mask |= 1 << AVX2;
+  if ((mask & (1 << AVX2)) && avxvnni) mask |= 1 << AVXVNNI;
+  if ((mask & (1 << AVX2)) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni"))
     mask |= 1 << AVX512VNNI;
 #endif
   return mask;
@@ -91,35 +107,17 @@ int64_t resolve_isa(int64_t isa) {
   return isa;
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      uint32_t m = man;
-      do { ++e; m <<= 1; } while (!(m & 0x400));
-      bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3ff) << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+// c10's conversion: the bits of F16C's vcvtph2ps (the SIMD paths') for all 65536 inputs, signalling
+// NaNs quietened included (checked over every value when it replaced a conversion of our own).
+float half_to_float(uint16_t h) { return static_cast<float>(c10::Half(h, c10::Half::from_bits())); }
 
 // ---- activations: one scale per row, int8 values, the sums the kernels need ----------------
 //
 // A prologue may come first, per row, so that a transformer layer needs no separate calls for
 // it: ``gated`` (x is (M, 2K): silu(x[:, :K]) * x[:, K:], the SiLU-gated MLP) and ``norm``
-// (rms_norm with that weight: x * (1 / sqrt(mean(x^2) + eps)) * w). Both run on one code path
-// per machine (AVX2 where present), whichever path the matmul takes, so every matmul path still
-// sees the same activations.
+// (rms_norm with that weight: x * (1 / sqrt(mean(x^2) + eps)) * w). The scalar path takes the
+// AVX2 code's steps in its order (exp_scalar, the sum of squares in 8 lanes), so every path, and
+// every machine, computes the same activations bit for bit.
 
 struct Prologue {
   const float* norm = nullptr;
@@ -128,13 +126,41 @@ struct Prologue {
   bool active() const { return norm || gated; }
 };
 
+// e^x for one float by exp_avx2's operations in its order (see there): min and max as the vector
+// instructions order their operands, fused multiply-adds where it fuses.
+float exp_scalar(float x) {
+  x = x < 88.37626f ? x : 88.37626f;
+  x = x > -88.37626f ? x : -88.37626f;
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(-n, 0.693359375f, x);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500E-4f;
+  p = std::fma(p, r, 1.3981999507E-3f);
+  p = std::fma(p, r, 8.3334519073E-3f);
+  p = std::fma(p, r, 4.1665795894E-2f);
+  p = std::fma(p, r, 1.6666665459E-1f);
+  p = std::fma(p, r, 5.0000001201E-1f);
+  p = std::fma(p, r * r, r + 1.f);
+  const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+  float e;
+  std::memcpy(&e, &bits, 4);
+  return p * e;
+}
+
 void prologue_scalar(const float* src, int64_t K, const Prologue& p, float* out) {
-  for (int64_t k = 0; k < K; ++k) out[k] = p.gated ? src[k] / (1.f + std::exp(-src[k])) * src[K + k] : src[k];
+  for (int64_t k = 0; k < K; ++k) {
+    const float v = src[k];
+    out[k] = p.gated ? v / (1.f + exp_scalar(0.f - v)) * src[K + k] : v;
+  }
   if (!p.norm) return;
-  float ss = 0.f;
-  for (int64_t k = 0; k < K; ++k) ss += out[k] * out[k];
+  float lane[8] = {0.f};  // prologue_avx2's accumulator, then its horizontal sum (hsum_avx2), then the tail
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    for (int i = 0; i < 8; ++i) lane[i] = std::fma(out[k + i], out[k + i], lane[i]);
+  float ss = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  for (; k < K; ++k) ss += out[k] * out[k];
   const float r = 1.f / std::sqrt(ss / (float)K + p.eps);
-  for (int64_t k = 0; k < K; ++k) out[k] = out[k] * r * p.norm[k];
+  for (k = 0; k < K; ++k) out[k] = out[k] * r * p.norm[k];
 }
 
 struct Acts {
@@ -171,10 +197,8 @@ int32_t group_sum(const int8_t* q) {
 }
 
 #ifdef SPECDEC_X86
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
 // e^x for 8 floats (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-5 polynomial; ~2 ulp).
-__m256 exp_avx2(__m256 x) {
+TARGET_AVX2 __m256 exp_avx2(__m256 x) {
   x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.37626f)), _mm256_set1_ps(-88.37626f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -191,21 +215,21 @@ __m256 exp_avx2(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-float hsum_avx2(__m256 v) {
+TARGET_AVX2 float hsum_avx2(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
 
-int32_t group_sum_avx2(const int8_t* q) {  // sad of (q + 128) against 0: four 8-byte sums
+TARGET_AVX2 int32_t group_sum_avx2(const int8_t* q) {  // sad of (q + 128) against 0: four 8-byte sums
   const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)q), _mm256_set1_epi8((char)0x80));
   const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
   const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
   return (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - GROUP * 128;
 }
 
-void prologue_avx2(const float* src, int64_t K, const Prologue& p, float* out) {
+TARGET_AVX2 void prologue_avx2(const float* src, int64_t K, const Prologue& p, float* out) {
   const __m256 one = _mm256_set1_ps(1.f);
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
@@ -240,7 +264,7 @@ void prologue_avx2(const float* src, int64_t K, const Prologue& p, float* out) {
   for (; k < K; ++k) out[k] = out[k] * r * p.norm[k];
 }
 
-void quantize_row_avx2(const float* x, int64_t K, int8_t* q, float* scale) {
+TARGET_AVX2 void quantize_row_avx2(const float* x, int64_t K, int8_t* q, float* scale) {
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 vmax = _mm256_setzero_ps(), probe = _mm256_setzero_ps();
   int64_t k = 0;
@@ -274,7 +298,6 @@ void quantize_row_avx2(const float* x, int64_t K, int8_t* q, float* scale) {
   for (; k < K; ++k) q[k] = (int8_t)std::min(127.f, std::max(-127.f, std::nearbyint(x[k] * inv)));
   *scale = amax / 127.f;
 }
-#pragma GCC pop_options
 #endif
 
 Acts quantize(const at::Tensor& x, int64_t Kp, int64_t isa, const Prologue& pro) {
@@ -283,11 +306,6 @@ Acts quantize(const at::Tensor& x, int64_t Kp, int64_t isa, const Prologue& pro)
   a.Kp = Kp;
   a.G = Kp / GROUP;
   const int64_t ld = x.size(1), K = pro.gated ? ld / 2 : ld;
-#ifdef SPECDEC_X86
-  const bool avx2 = available_mask() & (1 << AVX2);
-#else
-  const bool avx2 = false;
-#endif
   a.q.assign(a.M * Kp, 0);
   a.scale.resize(a.M);
   a.comp.resize(a.M);
@@ -300,7 +318,7 @@ Acts quantize(const at::Tensor& x, int64_t Kp, int64_t isa, const Prologue& pro)
       const float* src = xp + m * ld;
       if (pro.active()) {
 #ifdef SPECDEC_X86
-        if (avx2) prologue_avx2(src, K, pro, row.data());
+        if (isa != SCALAR) prologue_avx2(src, K, pro, row.data());
         else
 #endif
           prologue_scalar(src, K, pro, row.data());
@@ -329,6 +347,7 @@ Acts quantize(const at::Tensor& x, int64_t Kp, int64_t isa, const Prologue& pro)
   return a;
 }
 
+#ifdef SPECDEC_X86
 // Four int8 activations as one 32-bit lane, to broadcast against a weight vector's channels.
 inline int32_t quad(const int8_t* p) {
   int32_t v;
@@ -337,6 +356,14 @@ inline int32_t quad(const int8_t* p) {
 }
 #define bcast256(p) _mm256_set1_epi32(quad(p))
 #define bcast512(p) _mm512_set1_epi32(quad(p))
+
+// Prefetches PREFETCH bytes past byte ``at`` of a weight stream of ``size`` bytes that starts at
+// ``base``, where that is still inside it: the offset is checked as an integer first, so no
+// pointer past the end of the weights is ever formed.
+inline void prefetch_ahead(const void* base, int64_t at, int64_t size) {
+  if (at + PREFETCH < size) _mm_prefetch(static_cast<const char*>(base) + at + PREFETCH, _MM_HINT_T0);
+}
+#endif
 
 // Where a block's results go: rows m0.., channels n0..n0+15 of y (M, N), only those < N.
 // y = ... + bias + residual: the residual stream of a transformer layer added in the same pass.
@@ -406,20 +433,29 @@ void int4_block_scalar(const uint8_t* P, int64_t G, const Acts& a, int64_t m0, i
 
 #ifdef SPECDEC_X86
 // ---- AVX2 (Zen 3 and older Intel), and AVX-VNNI where the CPU has it (256-bit vpdpbusd) ----
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avxvnni")
+
+// AVX-VNNI's vpdpbusd (unsigned bytes times signed bytes, summed in fours into 32-bit lanes) as
+// inline assembly, so that both 256-bit paths are compiled for AVX2 alone: a function that may use
+// AVX-VNNI may get its instructions anywhere (clang fuses the AVX2 path's vpmaddwd and add into
+// vpdpwssd), and the AVX2 path would then fault on a CPU without them. The encoding is the
+// intrinsic's (_mm256_dpbusd_avx_epi32(acc, u8, s8)).
+TARGET_AVX2 inline __m256i dpbusd_avxvnni(__m256i acc, __m256i u8, __m256i s8) {
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "x"(s8));
+  return acc;
+}
 
 // int8: rows m0..m0+MR-1 against one block; two 8-channel halves per 64-byte weight vector.
+// ``stream`` (every tile's): the bytes from W to the end of the layer's weights, what may be prefetched.
 template <int MR, bool VNNI>
-void int8_tile_avx2(const int8_t* W, int64_t Kq, const Acts& a, int64_t m0, const float* sw, const Out& o,
-                    int64_t n0) {
+TARGET_AVX2 void int8_tile_avx2(const int8_t* W, int64_t Kq, int64_t stream, const Acts& a, int64_t m0,
+                                const float* sw, const Out& o, int64_t n0) {
   __m256i acc[MR][2];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
   const int8_t* x0 = a.q.data() + m0 * a.Kp;
   for (int64_t j = 0; j < Kq; ++j) {
-    _mm_prefetch((const char*)(W + j * 64 + PREFETCH), _MM_HINT_T0);
+    prefetch_ahead(W, j * 64, stream);
     __m256i w0 = _mm256_loadu_si256((const __m256i*)(W + j * 64));
     __m256i w1 = _mm256_loadu_si256((const __m256i*)(W + j * 64 + 32));
     if (VNNI) {
@@ -428,8 +464,8 @@ void int8_tile_avx2(const int8_t* W, int64_t Kq, const Acts& a, int64_t m0, cons
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
         const __m256i xb = bcast256(x0 + r * a.Kp + j * 4);
-        acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], w0, xb);
-        acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], w1, xb);
+        acc[r][0] = dpbusd_avxvnni(acc[r][0], w0, xb);
+        acc[r][1] = dpbusd_avxvnni(acc[r][1], w1, xb);
       }
     } else {
       const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
@@ -459,7 +495,8 @@ void int8_tile_avx2(const int8_t* W, int64_t Kq, const Acts& a, int64_t m0, cons
 // int4: the nibbles of one group are unpacked once into a small buffer that stays in L1, then
 // every row reads them from there.
 template <int MR, bool VNNI>
-void int4_tile_avx2(const uint8_t* P, int64_t G, const Acts& a, int64_t m0, const Out& o, int64_t n0) {
+TARGET_AVX2 void int4_tile_avx2(const uint8_t* P, int64_t G, int64_t stream, const Acts& a, int64_t m0, const Out& o,
+                                int64_t n0) {
   __m256 acc[MR][2];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -468,7 +505,7 @@ void int4_tile_avx2(const uint8_t* P, int64_t G, const Acts& a, int64_t m0, cons
   const int8_t* x0 = a.q.data() + m0 * a.Kp;
   for (int64_t g = 0; g < G; ++g) {
     const uint8_t* blk = P + g * Q4_BYTES;
-    for (int line = 0; line < Q4_BYTES; line += 64) _mm_prefetch((const char*)(blk + PREFETCH + line), _MM_HINT_T0);
+    for (int line = 0; line < Q4_BYTES; line += 64) prefetch_ahead(P, g * Q4_BYTES + line, stream);
     for (int v = 0; v < 4; ++v)
       for (int h = 0; h < 2; ++h) {
         const __m256i raw = _mm256_loadu_si256((const __m256i*)(blk + v * 64 + h * 32));
@@ -489,8 +526,8 @@ void int4_tile_avx2(const uint8_t* P, int64_t G, const Acts& a, int64_t m0, cons
         if (VNNI) {
           __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
           for (int t = 0; t < 8; t += 2) {
-            s0 = _mm256_dpbusd_avx_epi32(s0, q[h][t], bcast256(xr + 4 * t));
-            s1 = _mm256_dpbusd_avx_epi32(s1, q[h][t + 1], bcast256(xr + 4 * t + 4));
+            s0 = dpbusd_avxvnni(s0, q[h][t], bcast256(xr + 4 * t));
+            s1 = dpbusd_avxvnni(s1, q[h][t + 1], bcast256(xr + 4 * t + 4));
           }
           s = _mm256_add_epi32(s0, s1);
         } else {  // 16-bit sums of 16 products each: at most 16 * 15 * 127 < 32768, no saturation
@@ -512,13 +549,10 @@ void int4_tile_avx2(const uint8_t* P, int64_t G, const Acts& a, int64_t m0, cons
     store_row(o, m0 + r, n0, vals);
   }
 }
-#pragma GCC pop_options
 
 // ---- AVX512-VNNI (Zen 4, Zen 5, Xeons since Cascade Lake) ----
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 
-inline void store_block_512(const Out& o, int64_t m, int64_t n0, __m512 v) {
+TARGET_AVX512 inline void store_block_512(const Out& o, int64_t m, int64_t n0, __m512 v) {
   const int64_t n = std::min<int64_t>(BLOCK, o.N - n0);
   const __mmask16 k = n >= BLOCK ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
   if (o.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, o.bias + n0));
@@ -528,8 +562,8 @@ inline void store_block_512(const Out& o, int64_t m, int64_t n0, __m512 v) {
 
 // U independent accumulators per row when rows are few, so that vpdpbusd's latency is hidden.
 template <int MR>
-void int8_tile_512(const int8_t* W, int64_t Kq, const Acts& a, int64_t m0, const float* sw, const Out& o,
-                   int64_t n0) {
+TARGET_AVX512 void int8_tile_512(const int8_t* W, int64_t Kq, int64_t stream, const Acts& a, int64_t m0,
+                                 const float* sw, const Out& o, int64_t n0) {
   constexpr int U = MR == 1 ? 4 : MR == 2 ? 2 : 1;
   __m512i acc[MR][U];
 #pragma GCC unroll 16
@@ -541,7 +575,7 @@ void int8_tile_512(const int8_t* W, int64_t Kq, const Acts& a, int64_t m0, const
   for (; j + U <= Kq; j += U) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
-      _mm_prefetch((const char*)(W + (j + u) * 64 + PREFETCH), _MM_HINT_T0);
+      prefetch_ahead(W, (j + u) * 64, stream);
       const __m512i w = _mm512_xor_si512(_mm512_loadu_si512(W + (j + u) * 64), flip);
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r)
@@ -565,7 +599,8 @@ void int8_tile_512(const int8_t* W, int64_t Kq, const Acts& a, int64_t m0, const
 }
 
 template <int MR>
-void int4_tile_512(const uint8_t* P, int64_t G, const Acts& a, int64_t m0, const Out& o, int64_t n0) {
+TARGET_AVX512 void int4_tile_512(const uint8_t* P, int64_t G, int64_t stream, const Acts& a, int64_t m0, const Out& o,
+                                 int64_t n0) {
   __m512 acc[MR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
@@ -573,7 +608,7 @@ void int4_tile_512(const uint8_t* P, int64_t G, const Acts& a, int64_t m0, const
   const int8_t* x0 = a.q.data() + m0 * a.Kp;
   for (int64_t g = 0; g < G; ++g) {
     const uint8_t* blk = P + g * Q4_BYTES;
-    for (int line = 0; line < Q4_BYTES; line += 64) _mm_prefetch((const char*)(blk + PREFETCH + line), _MM_HINT_T0);
+    for (int line = 0; line < Q4_BYTES; line += 64) prefetch_ahead(P, g * Q4_BYTES + line, stream);
     __m512i q[8];
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
@@ -600,7 +635,6 @@ void int4_tile_512(const uint8_t* P, int64_t G, const Acts& a, int64_t m0, const
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) store_block_512(o, m0 + r, n0, _mm512_mul_ps(acc[r], _mm512_set1_ps(a.scale[m0 + r])));
 }
-#pragma GCC pop_options
 
 // Row tiles by count: a compile-time R lets every accumulator live in a register.
 template <int R, int MAXR, class F>
@@ -615,25 +649,32 @@ void by_rows(int64_t mr, F&& f) {
 // The most rows one pass over a block carries (accumulators in registers: 32 zmm, 16 ymm).
 int max_rows(int64_t isa) { return isa == AVX2 || isa == AVXVNNI ? 4 : 16; }
 
-void int8_blocks(const int8_t* W, const float* scales, int64_t Kq, const Acts& a, const Out& o, int64_t isa,
+// Blocks b0..b1 of nb.
+void int8_blocks(const int8_t* W, const float* scales, int64_t nb, int64_t Kq, const Acts& a, const Out& o, int64_t isa,
                  int64_t b0, int64_t b1) {
   const int64_t step = max_rows(isa);
   for (int64_t b = b0; b < b1; ++b) {
     const int8_t* Wb = W + b * Kq * 64;
+    [[maybe_unused]] const int64_t stream = (nb - b) * Kq * 64;
     const float* sw = scales + b * BLOCK;
     for (int64_t m0 = 0; m0 < a.M; m0 += step) {
       const int64_t mr = std::min<int64_t>(step, a.M - m0);
 #ifdef SPECDEC_X86
       if (isa == AVX512VNNI) {
-        by_rows<1, 16>(mr, [&](auto r) { int8_tile_512<decltype(r)::value>(Wb, Kq, a, m0, sw, o, b * BLOCK); });
+        by_rows<1, 16>(mr,
+                       [&](auto r) { int8_tile_512<decltype(r)::value>(Wb, Kq, stream, a, m0, sw, o, b * BLOCK); });
         continue;
       }
       if (isa == AVXVNNI) {
-        by_rows<1, 4>(mr, [&](auto r) { int8_tile_avx2<decltype(r)::value, true>(Wb, Kq, a, m0, sw, o, b * BLOCK); });
+        by_rows<1, 4>(mr, [&](auto r) {
+          int8_tile_avx2<decltype(r)::value, true>(Wb, Kq, stream, a, m0, sw, o, b * BLOCK);
+        });
         continue;
       }
       if (isa == AVX2) {
-        by_rows<1, 4>(mr, [&](auto r) { int8_tile_avx2<decltype(r)::value, false>(Wb, Kq, a, m0, sw, o, b * BLOCK); });
+        by_rows<1, 4>(mr, [&](auto r) {
+          int8_tile_avx2<decltype(r)::value, false>(Wb, Kq, stream, a, m0, sw, o, b * BLOCK);
+        });
         continue;
       }
 #endif
@@ -642,23 +683,27 @@ void int8_blocks(const int8_t* W, const float* scales, int64_t Kq, const Acts& a
   }
 }
 
-void int4_blocks(const uint8_t* P, int64_t G, const Acts& a, const Out& o, int64_t isa, int64_t b0, int64_t b1) {
+void int4_blocks(const uint8_t* P, int64_t nb, int64_t G, const Acts& a, const Out& o, int64_t isa, int64_t b0,
+                 int64_t b1) {
   const int64_t step = max_rows(isa);
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* Pb = P + b * G * Q4_BYTES;
+    [[maybe_unused]] const int64_t stream = (nb - b) * G * Q4_BYTES;
     for (int64_t m0 = 0; m0 < a.M; m0 += step) {
       const int64_t mr = std::min<int64_t>(step, a.M - m0);
 #ifdef SPECDEC_X86
       if (isa == AVX512VNNI) {
-        by_rows<1, 16>(mr, [&](auto r) { int4_tile_512<decltype(r)::value>(Pb, G, a, m0, o, b * BLOCK); });
+        by_rows<1, 16>(mr, [&](auto r) { int4_tile_512<decltype(r)::value>(Pb, G, stream, a, m0, o, b * BLOCK); });
         continue;
       }
       if (isa == AVXVNNI) {
-        by_rows<1, 4>(mr, [&](auto r) { int4_tile_avx2<decltype(r)::value, true>(Pb, G, a, m0, o, b * BLOCK); });
+        by_rows<1, 4>(mr,
+                      [&](auto r) { int4_tile_avx2<decltype(r)::value, true>(Pb, G, stream, a, m0, o, b * BLOCK); });
         continue;
       }
       if (isa == AVX2) {
-        by_rows<1, 4>(mr, [&](auto r) { int4_tile_avx2<decltype(r)::value, false>(Pb, G, a, m0, o, b * BLOCK); });
+        by_rows<1, 4>(mr,
+                      [&](auto r) { int4_tile_avx2<decltype(r)::value, false>(Pb, G, stream, a, m0, o, b * BLOCK); });
         continue;
       }
 #endif
@@ -690,7 +735,9 @@ struct Call {
   int64_t K = 0;
 };
 
-Call check_call(const at::Tensor& x, int64_t Kp, int64_t N, const c10::optional<at::Tensor>& bias,
+// The weights hold Kp inputs: x's K padded with zeros to a multiple of ``pad`` (int8: 4; int4: 1,
+// its K being whole groups of 32).
+Call check_call(const at::Tensor& x, int64_t Kp, int64_t pad, int64_t N, const c10::optional<at::Tensor>& bias,
                 const c10::optional<at::Tensor>& norm, double eps, bool gated,
                 const c10::optional<at::Tensor>& residual) {
   TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous(),
@@ -698,7 +745,8 @@ Call check_call(const at::Tensor& x, int64_t Kp, int64_t N, const c10::optional<
   TORCH_CHECK(!gated || x.size(1) % 2 == 0, "specdec linear: a gated x has an even number of columns");
   Call c;
   c.K = gated ? x.size(1) / 2 : x.size(1);
-  TORCH_CHECK(c.K <= Kp, "specdec linear: x has ", c.K, " inputs, the weights ", Kp);
+  TORCH_CHECK(c.K > 0 && (c.K + pad - 1) / pad * pad == Kp, "specdec linear: x has ", c.K, " inputs, the weights ", Kp,
+              pad > 1 ? " (inputs padded to a multiple of " + std::to_string(pad) + ")" : std::string());
   auto vec = [](const c10::optional<at::Tensor>& t, int64_t n, const char* what) -> const float* {
     if (!t.has_value() || !t->defined()) return nullptr;
     TORCH_CHECK(t->scalar_type() == at::kFloat && t->numel() == n && t->is_contiguous(), "specdec linear: ", what,
@@ -715,11 +763,11 @@ Call check_call(const at::Tensor& x, int64_t Kp, int64_t N, const c10::optional<
 
 // The steps both linear ops share around their blocks: checks, activations, output, threads.
 template <class Blocks>
-at::Tensor run_linear(const at::Tensor& x, int64_t nb, int64_t Kp, int64_t N, const c10::optional<at::Tensor>& bias,
-                      const c10::optional<at::Tensor>& norm, double eps, bool gated,
-                      const c10::optional<at::Tensor>& residual, int64_t isa, Blocks&& blocks) {
+at::Tensor run_linear(const at::Tensor& x, int64_t nb, int64_t Kp, int64_t pad, int64_t N,
+                      const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& norm, double eps,
+                      bool gated, const c10::optional<at::Tensor>& residual, int64_t isa, Blocks&& blocks) {
   TORCH_CHECK(N > nb * BLOCK - BLOCK && N <= nb * BLOCK, "specdec linear: ", N, " outputs for ", nb, " blocks");
-  const Call c = check_call(x, Kp, N, bias, norm, eps, gated, residual);
+  const Call c = check_call(x, Kp, pad, N, bias, norm, eps, gated, residual);
   isa = resolve_isa(isa);
   const Acts a = quantize(x, Kp, isa, c.pro);
   at::Tensor y = at::empty({x.size(0), N}, x.options());
@@ -739,9 +787,9 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
               "specdec int8_linear: scales must be (N/16*16,) float32");
   const int8_t* W = w.data_ptr<int8_t>();
   const float* sw = scales.data_ptr<float>();
-  return run_linear(x, nb, Kq * 4, out_features, bias, norm, eps, gated, residual, isa,
+  return run_linear(x, nb, Kq * 4, 4, out_features, bias, norm, eps, gated, residual, isa,
                     [&](const Acts& a, const Out& o, int64_t isa, int64_t b0, int64_t b1) {
-                      int8_blocks(W, sw, Kq, a, o, isa, b0, b1);
+                      int8_blocks(W, sw, nb, Kq, a, o, isa, b0, b1);
                     });
 }
 
@@ -752,9 +800,9 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const c10::opti
               "specdec int4_linear: weights must be (N/16, K/32, 320) uint8");
   const int64_t nb = w.size(0), G = w.size(1);
   const uint8_t* P = w.data_ptr<uint8_t>();
-  return run_linear(x, nb, G * GROUP, out_features, bias, norm, eps, gated, residual, isa,
+  return run_linear(x, nb, G * GROUP, 1, out_features, bias, norm, eps, gated, residual, isa,
                     [&](const Acts& a, const Out& o, int64_t isa, int64_t b0, int64_t b1) {
-                      int4_blocks(P, G, a, o, isa, b0, b1);
+                      int4_blocks(P, nb, G, a, o, isa, b0, b1);
                     });
 }
 
@@ -792,12 +840,10 @@ void attend_row_scalar(const float* q, const float* K, const float* V, int64_t D
 }
 
 #ifdef SPECDEC_X86
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
 // D (a multiple of 8, at most 256) as a template argument: the row's output accumulates in registers.
 template <int D>
-void attend_row_avx2(const float* q, const float* K, const float* V, int64_t n, const int64_t* idx, float scale,
-                     float* scores, float* out) {
+TARGET_AVX2 void attend_row_avx2(const float* q, const float* K, const float* V, int64_t n, const int64_t* idx,
+                                 float scale, float* scores, float* out) {
   constexpr int C = D / 8;
   __m256 qv[C];
   for (int c = 0; c < C; ++c) qv[c] = _mm256_loadu_ps(q + 8 * c);
@@ -840,8 +886,18 @@ void attend_row_avx2(const float* q, const float* K, const float* V, int64_t n, 
   const __m256 inv = _mm256_set1_ps(1.f / hsum_avx2(vsum));
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(acc[c], inv));
 }
-#pragma GCC pop_options
 #endif
+
+// Whether rows of head size D take the vector path here: AVX2, and the head sizes of the models we
+// run (Qwen2.5 0.5B: 64, 1.5B: 128). Elsewhere (aarch64, other head sizes) the loop is scalar and
+// torch's attention is the faster choice: specdec.model.native asks this before using the op.
+bool attention_simd(int64_t D) {
+#ifdef SPECDEC_X86
+  return (available_mask() & (1 << AVX2)) && (D == 64 || D == 128);
+#else
+  return false;
+#endif
+}
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lengths,
                      const c10::optional<at::Tensor>& index) {
@@ -877,11 +933,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int64_t ks = k.stride(0), per_kv = H / G;
-#ifdef SPECDEC_X86
-  const bool simd = (available_mask() & (1 << AVX2)) && (D == 64 || D == 128);
-#else
-  const bool simd = false;
-#endif
+  [[maybe_unused]] const bool simd = attention_simd(D);
   at::parallel_for(0, T * H, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(longest);
     for (int64_t i = i0; i < i1; ++i) {
@@ -889,7 +941,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       const float *qi = qp + (t * H + h) * D, *K = kp + g * ks, *V = vp + g * ks;
       const int64_t* row_idx = idx ? idx + t * ld_idx : nullptr;
 #ifdef SPECDEC_X86
-      if (simd) {  // the head sizes of the models we run (Qwen2.5 0.5B: 64, 1.5B: 128)
+      if (simd) {
         (D == 64 ? attend_row_avx2<64> : attend_row_avx2<128>)(qi, K, V, len[t], row_idx, scale, scores.data(),
                                                                 op + (t * H + h) * D);
         continue;
@@ -912,6 +964,7 @@ TORCH_LIBRARY(specdec, m) {
         "bool gated=False, Tensor? residual=None) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor lengths, Tensor? index) -> Tensor");
   m.def("isas() -> int", &isas);
+  m.def("attention_simd(int head_dim) -> bool", &attention_simd);
 }
 
 TORCH_LIBRARY_IMPL(specdec, CPU, m) {
