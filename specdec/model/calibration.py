@@ -2,17 +2,11 @@
 
 The machines this runs on are shared: a neighbour can slow one timing by 5x. So the variants are
 timed **interleaved** (one call of each in turn, ``REPS`` times: a change in load hits them all
-alike), each call after a read larger than the CPU's caches so its weights come from memory as in
-a real forward, the **median** of each is kept with its spread (min and max), and a variant an order
-of magnitude slower than the fastest after ``WARM_REPS`` reps is not timed further (a reference path
+alike), each call on another copy of the layer so its weights come from memory as in a real
+forward, the **median** of each is kept with its spread (min and max), and a variant an order of
+magnitude slower than the fastest after ``WARM_REPS`` reps is not timed further (a reference path
 can take seconds a call). :func:`specdec.model.precision.pick` then wants a margin before preferring
 one variant over another. The table is cached per CPU model, flags, torch version and shapes.
-
-It runs on a first run, before the models are packed, so what it holds counts towards that run's
-peak memory: one layer per variant, no larger than the verifier's calibration layer (the draft's
-output layer is timed on a slice of its rows), and one buffer for the reads, however many variants a
-CPU has. (Copies of each layer 1.5x the cache in size, and the draft's whole output layer in every
-variant, came to GBs on machines with more candidates and larger caches.)
 """
 from __future__ import annotations
 
@@ -29,66 +23,58 @@ import torch
 from specdec.model.kernels import PackedLinear
 from specdec.options import cache_root
 
-CALIBRATION_VERSION = 5  # bump when the variants or the measurement change: older caches are ignored
+CALIBRATION_VERSION = 4  # bump when the variants or the measurement change: older caches are ignored
 CALIBRATION_SHAPE = (8960, 1536)  # (out, in) of the verifier's MLP up-projection
-HEAD_ROWS = 16384   # rows of the draft's output layer timed, its time scaled to all its rows: a float32
-                    # slice about the size of CALIBRATION_SHAPE (151936 rows would be 0.5 GB a variant)
 REPS = 15
 WARM_REPS = 2       # reps before a variant SKIP_FACTOR x slower than the fastest is dropped
 SKIP_FACTOR = 10
 CPU = torch.device("cpu")  # what is timed here: the CPU's kernels
 
 
-def cache_bytes() -> dict[int, int]:
-    """{level: bytes} of the first CPU's data caches, from sysfs (empty where it cannot be read)."""
-    sizes: dict[int, int] = {}
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache, from sysfs (64 MiB where it cannot be read)."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
         try:
-            if (index / "type").read_text().strip() == "Instruction":
-                continue
-            text = (index / "size").read_text().strip()
-            sizes[int((index / "level").read_text())] = int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[text[-1]]
+            text = f.read_text().strip()
+            sizes.append(int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[text[-1]])
         except (OSError, ValueError, KeyError):
             pass
-    return sizes
+    return max(sizes, default=64 * 2**20)
 
 
-def last_level_cache_bytes() -> int:
-    """The largest CPU cache (64 MiB where it cannot be read)."""
-    return max(cache_bytes().values(), default=64 * 2**20)
-
-
-def _evictor():
-    """A read of 1.5x the largest cache (a float32 sum on torch's threads), run before each timed
-    call: the weights the call reads then come from memory, as in a forward, which reads the whole
-    model between two calls of a layer."""
-    buffer = torch.ones(3 * last_level_cache_bytes() // 8)
-    return buffer.sum
+def _ring(layer: PackedLinear) -> list[PackedLinear]:
+    """Copies of a layer that together are 1.5x the largest cache (300 MB of L3 on some Xeons), so
+    that cycling through them reads weights from memory, as a forward does."""
+    copies = max(2, min(24, -(-3 * last_level_cache_bytes() // (2 * layer.nbytes()))))
+    return [layer] + [layer.clone() for _ in range(copies - 1)]
 
 
 def measure(layers: dict[str, PackedLinear], rows: list[int], reps: int = REPS) -> dict:
     """ms of one call of each layer at each row count: ``timings_ms`` {label: [median per row
     count]}, ``spread_ms`` {label: [[min, max] per row count]}, ``skipped`` {label: why}."""
-    evict = _evictor()
+    rings = {label: _ring(layer) for label, layer in layers.items()}
     inputs = {r: torch.randn(r, next(iter(layers.values())).in_features) for r in rows}
     samples: dict[str, list[list[float]]] = {label: [[] for _ in rows] for label in layers}
     skipped: dict[str, str] = {}
+    calls = 0
     for rep in range(reps + 1):  # the first sweep only warms up
-        for label, layer in layers.items():
+        for label, ring in rings.items():
             if label in skipped:
                 continue
             for i, r in enumerate(rows):
-                evict()
+                calls += 1  # every call on the next copy: none finds its weights in cache
                 t0 = time.perf_counter()
-                layer(inputs[r])
+                ring[calls % len(ring)](inputs[r])
                 if rep:
                     samples[label][i].append((time.perf_counter() - t0) * 1e3)
         if rep == WARM_REPS:
-            cost = {label: sum(min(s) for s in samples[label]) for label in layers if label not in skipped}
+            cost = {label: sum(min(s) for s in samples[label]) for label in rings if label not in skipped}
             best = min(cost.values())
             for label, c in cost.items():
                 if c > SKIP_FACTOR * best:
                     skipped[label] = f"{c / best:.0f}x the fastest after {WARM_REPS} reps: not timed further"
+                    rings[label] = []
     return {"timings_ms": {label: [statistics.median(s) for s in samples[label]] for label in layers},
             "spread_ms": {label: [[min(s), max(s)] for s in samples[label]] for label in layers},
             "skipped": skipped}
@@ -113,27 +99,18 @@ def calibrate(variants: list, k: int) -> dict:
 
 def calibrate_draft(variants: list, shapes: dict) -> dict:
     """The draft's table: per variant, [ms of one layer's four matmuls, ms of the output layer] at
-    1 row, without batch invariance. Its estimated matmul time per token is layers * first + second.
-    The output layer is timed on its first ``HEAD_ROWS`` rows and scaled to all of them: at one row a
-    matmul reads each weight row once, so its time grows with the rows (the call's fixed cost,
-    microseconds, is scaled too)."""
-    rows, features = shapes["head"]
-    head = (min(rows, HEAD_ROWS), features)
+    1 row, without batch invariance. Its estimated matmul time per token is layers * first + second."""
     parts = []
-    for shape in [*shapes["layer"], head]:
+    for shape in shapes["layer"] + [shapes["head"]]:
         weight = torch.randn(*shape) * 0.02
         layers = {v.label: v.layers(CPU, batch_invariant=False).build(weight, None) for v in variants}
-        del weight
         with _quietly():
-            parts.append(measure(layers, [1], reps=REPS if shape is not head else REPS // 2))
-        del layers  # before the next shape's are built
+            parts.append(measure(layers, [1], reps=REPS if shape in shapes["layer"] else REPS // 2))
+        del weight
     labels = [v.label for v in variants]
-    *layer, last = parts
-    scale = rows / head[0]
-    return {"timings_ms": {n: [sum(p["timings_ms"][n][0] for p in layer), scale * last["timings_ms"][n][0]]
-                           for n in labels},
-            "spread_ms": {n: [p["spread_ms"][n][0] for p in layer] + [[scale * t for t in last["spread_ms"][n][0]]]
-                          for n in labels},
+    *layer, head = parts
+    return {"timings_ms": {n: [sum(p["timings_ms"][n][0] for p in layer), head["timings_ms"][n][0]] for n in labels},
+            "spread_ms": {n: [p["spread_ms"][n][0] for p in parts] for n in labels},
             "skipped": {n: why for p in parts for n, why in p["skipped"].items()}}
 
 

@@ -84,6 +84,14 @@ class PackedLinear(torch.nn.Module):
         y = self(x)
         return y if residual is None else residual + y
 
+    def _options(self) -> dict:
+        """The keyword arguments of ``from_state`` that rebuild this very variant."""
+        return {}
+
+    def clone(self) -> PackedLinear:
+        """The same layer in fresh memory (calibration times copies so that none is in cache)."""
+        return self.from_state({k: v.clone() for k, v in self.state().items()}, self.bias, **self._options())
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.state().values())
 
@@ -114,6 +122,9 @@ class DenseLinear(PackedLinear):
     def from_state(cls, state, bias, transposed: bool = False):
         return cls(state["weight"], bias, transposed)
 
+    def _options(self):
+        return {"transposed": self.transposed}
+
     def _matmul(self, x):
         x = x.to(self.weight.dtype)
         if self.transposed and x.shape[0] <= SMALL_ROWS:
@@ -134,6 +145,9 @@ class _Int8(PackedLinear):
     @classmethod
     def from_state(cls, state, bias, batch_invariant: bool = True):
         return cls(state["qweight"], state["scales"], bias, batch_invariant)
+
+    def _options(self):
+        return {"batch_invariant": self.batch_invariant}
 
     @property
     def invariant(self) -> bool:
@@ -325,6 +339,9 @@ class Int8WeightOnlyLinear(PackedLinear):
     @classmethod
     def from_state(cls, state, bias, dtype: torch.dtype = torch.bfloat16):
         return cls(state["qweight"], state["scales"], bias, dtype)
+
+    def _options(self):
+        return {"dtype": self.dtype}
 
     def _matmul(self, x):
         y = torch._weight_int8pack_mm(x.to(self.dtype), self.qweight, self.scales).float()

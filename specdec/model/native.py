@@ -173,6 +173,9 @@ class _Native(PackedLinear):
     def _shape(self) -> torch.Tensor:
         return torch.tensor([self.out_features, self.in_features])
 
+    def _options(self):
+        return {"isa": self.isa}
+
     def _matmul(self, x):
         return self.fused(x)
 

@@ -128,3 +128,26 @@ def test_int4_matches_its_dequantised_weights():
 def test_int4_refuses_rows_that_are_not_whole_groups():
     with pytest.raises(ValueError, match="divisible by 32"):
         Int4Linear.from_weight(torch.randn(8, 40), None)
+
+
+def _every_layer(w, b):
+    layers = [DenseLinear.from_weight(w, b), DenseLinear.from_weight(w, b, transposed=True)]
+    if "int8" in cpu_candidates():
+        layers += [Int8Linear.from_weight(w, b, True), Int8Linear.from_weight(w, b, False), Fp16Linear.from_weight(w, b)]
+    if cpu_capabilities()["onednn_int8"]:
+        layers.append(Int8DnnLinear.from_weight(w, b))
+    if "int4" in cpu_candidates():
+        layers.append(Int4Linear.from_weight(w, b))
+    return layers
+
+
+def test_a_clone_is_the_same_layer_in_fresh_memory():
+    """Calibration times clones of a layer so that none is in cache: each must compute the same."""
+    w, b, x = _weights()
+    for layer in _every_layer(w, b):
+        twin = layer.clone()
+        assert type(twin) is type(layer) and twin.extra_repr() == layer.extra_repr()
+        assert torch.equal(twin(x), layer(x)), layer.kind
+        a, c = layer.state(), twin.state()
+        assert all(a[k].data_ptr() != c[k].data_ptr() for k in a if a[k].layout == torch.strided)
+        assert twin.nbytes() == layer.nbytes() > 0
