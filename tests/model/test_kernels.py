@@ -132,8 +132,10 @@ def test_int4_refuses_rows_that_are_not_whole_groups():
 
 def _every_layer(w, b):
     layers = [DenseLinear.from_weight(w, b), DenseLinear.from_weight(w, b, transposed=True)]
-    if "int8" in cpu_candidates():
-        layers += [Int8Linear.from_weight(w, b, True), Int8Linear.from_weight(w, b, False), Fp16Linear.from_weight(w, b)]
+    if FBGEMM_INT8:
+        layers += [Int8Linear.from_weight(w, b, True), Int8Linear.from_weight(w, b, False)]
+    if cpu_capabilities()["fbgemm"]:
+        layers.append(Fp16Linear.from_weight(w, b))
     if cpu_capabilities()["onednn_int8"]:
         layers.append(Int8DnnLinear.from_weight(w, b))
     if "int4" in cpu_candidates():
