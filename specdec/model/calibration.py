@@ -31,16 +31,23 @@ SKIP_FACTOR = 10
 CPU = torch.device("cpu")  # what is timed here: the CPU's kernels
 
 
-def last_level_cache_bytes() -> int:
-    """The largest CPU cache, from sysfs (64 MiB where it cannot be read)."""
-    sizes = []
-    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+def cache_bytes() -> dict[int, int]:
+    """{level: bytes} of the first CPU's data caches, from sysfs (empty where it cannot be read)."""
+    sizes: dict[int, int] = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
-            text = f.read_text().strip()
-            sizes.append(int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[text[-1]])
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            text = (index / "size").read_text().strip()
+            sizes[int((index / "level").read_text())] = int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[text[-1]]
         except (OSError, ValueError, KeyError):
             pass
-    return max(sizes, default=64 * 2**20)
+    return sizes
+
+
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache (64 MiB where it cannot be read)."""
+    return max(cache_bytes().values(), default=64 * 2**20)
 
 
 def _ring(layer: PackedLinear) -> list[PackedLinear]:
