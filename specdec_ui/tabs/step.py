@@ -197,8 +197,7 @@ def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, f
 
 ALL_K_LABEL = "Draft all K tokens every round (this tab only)"
 ALL_K_WHY = ("Here every round drafts all K, so that you see the rule test several drafts; Run and Compare stop a "
-             "draft once it is less sure than **Draft confidence** (faster on prose: docs/results.md), and with "
-             "**Adaptive K** draft only as many as pay on this machine. Untick this to step through those rounds.")
+             "draft once it is less sure than **Draft confidence**, and **Adaptive K** drafts only what pays.")
 
 
 def _same_run(a: RunSettings, b: RunSettings) -> bool:
