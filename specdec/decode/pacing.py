@@ -9,7 +9,7 @@ and costs, in this machine's timed milliseconds,
 
     T(K) = K·d + t(K + 1) + rest
 
-with d one draft forward at one row (0 for prompt lookup, which needs no forward) and t(L) the verifier's
+with d one draft forward at one row and t(L) the verifier's
 forward over L rows (interpolated between the row counts timed), both timed once per machine and cached
 (:func:`specdec.decode.tree_shape.machine_costs`), and rest a round's work besides the forwards: the
 cached value until the run has rounds of its own, then the median of its last :data:`REST_ROUNDS`
@@ -72,11 +72,10 @@ class RoundCosts:
         return k * self.draft + self.forward(k + 1) + self.rest
 
     @classmethod
-    def of_machine(cls, timings: dict, model_drafts: bool) -> RoundCosts:
-        """From :func:`specdec.decode.tree_shape.machine_costs`; ``model_drafts`` False
-        for a drafter that drafts without a forward (prompt lookup)."""
+    def of_machine(cls, timings: dict) -> RoundCosts:
+        """From :func:`specdec.decode.tree_shape.machine_costs` (the paced drafters draft with the model)."""
         verify = {int(n): ms for n, ms in timings["verify_ms"].items()}
-        return cls(verify, timings["draft_ms"]["1"] if model_drafts else 0.0, timings.get("round", 0.0))
+        return cls(verify, timings["draft_ms"]["1"], timings.get("round", 0.0))
 
 
 def expected_tokens(acceptance: list[float] | tuple[float, ...], k: int) -> float:

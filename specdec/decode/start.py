@@ -39,7 +39,7 @@ def make_pacer(pair, cfg: DecodeConfig, drafter: str) -> Pacer | None:
         raise ConfigError("adaptive needs the lean Qwen2 forward in both models (Qwen2 models on the CPU), "
                           "to time this machine's costs", "adaptive")
     with torch.inference_mode():
-        return Pacer(RoundCosts.of_machine(machine_costs(pair), model_drafts=True), cfg.k)
+        return Pacer(RoundCosts.of_machine(machine_costs(pair)), cfg.k)
 
 
 def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool, ...] = (),
