@@ -88,6 +88,7 @@ THEME = gr.themes.Default(primary_hue="blue", **FONTS).set(
 CLOSE_SIDEBAR_WHEN_NARROW = """() => setTimeout(() => {
   if (window.innerWidth < 900) document.querySelector('.sidebar.open .toggle-button')?.click();
 }, 300)"""
+SKIP_TARGET = "start-here-top"
 # The page-wide switches toggle a class on the page, so no text is sent again.
 REJECTED_DRAFTS = "(how) => { document.body.classList.toggle('rejected-inline', how === 'inline'); }"
 SHOW_WHITESPACE = "(show) => { document.body.classList.toggle('show-whitespace', show); }"
@@ -97,11 +98,14 @@ def build_demo(loader: Loader) -> gr.Blocks:
     """The page on ``loader``'s models, shared by every browser session (each has its own Session)."""
     charts.warm_up()
     with gr.Blocks(title="Speculative decoding") as demo:
-        gr.HTML('<a class="skip-link" href="#start-here">Skip to Start here</a>')
+        gr.HTML(f'<a class="skip-link" href="#{SKIP_TARGET}">Skip to Start here</a>')
         gr.Markdown(INTRO)
         session = gr.State(lambda: Session())  # a callable: a fresh Session per browser session
         with gr.Sidebar(open=True, label="Settings") as sidebar:
             form = _settings(loader)
+        # The skip link's target takes the focus (tabindex -1), so the next Tab is Start here's header: with the
+        # accordion itself as the target, Chromium on a busy machine left the next Tab at the top of the page.
+        gr.HTML(f'<span id="{SKIP_TARGET}" tabindex="-1"></span>', padding=False, elem_classes=["skip-target"])
         path = start.build(EXAMPLES[0][0])
         header = _header(loader)
         page = Page(loader, session, form, sidebar)
