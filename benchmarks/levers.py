@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import sys
 import time
@@ -60,6 +61,14 @@ def forward_ms(model, vocab: int, reps: int = 7) -> list[float]:
 def interleaved_ms(models: dict, vocab: int, rows: int = 1, reps: int = 25) -> dict[str, float]:
     """ms of one ``rows``-row forward per model, the models timed in turn each repetition."""
     return {name: ms[rows] for name, ms in time_forwards(models, [rows], CONTEXT, reps, vocab=vocab).items()}
+
+
+def op_by_op(model):
+    """The same model (its very weights) with each layer run op by op from Python rather than as one
+    C++ call (:meth:`specdec.model.qwen2.LeanQwen2.one_call`): what the one-call layer saves."""
+    twin = copy.copy(model)
+    twin.one_call_layers = False
+    return twin
 
 
 def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig, fast_greedy: bool = True) -> dict:
@@ -124,8 +133,8 @@ def render(d: dict) -> str:
             out.append(f"| {name} | " + " | ".join(f"{x:.1f}" for x in ms) + " |")
         out.append("")
     if d.get("draft_forward_ms"):
-        out += [f"{estimator(d).capitalize()} ms of one draft forward, the variants timed in turn (interleaved):", "",
-                "| draft variant | 1 row | 7 rows |", "|---|---:|---:|"]
+        out += [f"{estimator(d).capitalize()} ms of one forward, each model's variants timed in turn (interleaved):", "",
+                "| model, variant | 1 row | 7 rows |", "|---|---:|---:|"]
         for name, ms in d["draft_forward_ms"].items():
             out.append(f"| {name} | {ms['1']:.1f} | {ms['7']:.1f} |")
         out.append("")
@@ -171,9 +180,16 @@ def main(argv=None) -> int:
     drafts = {}
     for label, (prec, cut, role) in variants.items():
         drafts[label] = (load_model(DEFAULT_DRAFT, cpu, prec, role, draft_vocab=cut)[0], prec)
+    drafts[f"{default.label}, each layer op by op (not one call)"] = (op_by_op(drafts[next(iter(
+        k for k in drafts if k.endswith("(default)")))][0]), default)
     for rows in (1, 7):
         for label, ms in interleaved_ms({k: m for k, (m, _) in drafts.items()}, vocab, rows).items():
             results.setdefault(f"draft, lean forward, {label}", {})[rows] = ms
+    # 1c. the verifier as it runs, and each layer op by op (the same weights), interleaved
+    for rows in (1, 7):
+        both = {"each layer one call (default)": pair.target, "each layer op by op": op_by_op(pair.target)}
+        for label, ms in interleaved_ms(both, vocab, rows).items():
+            results.setdefault(f"verifier, lean forward, {pair.precision.label}, {label}", {})[rows] = ms
     for label, ms in results.items():
         log(f"{label:70s} 1 row {ms[1]:6.1f} ms, 7 rows {ms[7]:6.1f} ms")
 

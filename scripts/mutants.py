@@ -33,6 +33,25 @@ class Mutant:
     old: str
     new: str
     why: str
+    needs: str = ""  # a capability the tests that kill it need (NEEDS): elsewhere the mutant is not run
+
+
+def _has_vnni_kernels() -> bool:
+    from specdec.model import native
+    return native.available() and any(native.ISA_NAMES[i] in ("AVX-VNNI", "AVX512-VNNI") for i in native.isas())
+
+
+def _has_onednn_int8() -> bool:
+    from specdec.model.precision import cpu_capabilities
+    return bool(cpu_capabilities()["onednn_int8"])
+
+
+sys.path.insert(0, str(ROOT))  # the checks below import specdec from this tree
+
+
+# What a machine must have for a mutant's killing tests to run (they skip elsewhere, so the mutant would
+# "survive" for want of a test, not for a gap in them).
+NEEDS = {"vnni": _has_vnni_kernels, "onednn-int8": _has_onednn_int8}
 
 
 MUTANTS = [
@@ -124,8 +143,8 @@ MUTANTS = [
     Mutant("onednn-one-scale-per-batch", "specdec/model/kernels.py",
            "        s = x.abs().amax(-1, keepdim=True).clamp_min_(1e-30).div_(127)               # (rows, 1)\n",
            "        s = x.abs().amax().clamp_min_(1e-30).div_(127).expand(x.shape[0], 1)         # (rows, 1)\n",
-           "oneDNN int8 quantises the batch on one scale: a row's result depends on its batch (killed only "
-           "where the CPU has VNNI or AMX, where that kernel is offered)"),
+           "oneDNN int8 quantises the batch on one scale: a row's result depends on its batch (run only "
+           "where the CPU has VNNI or AMX, where that kernel is offered)", needs="onednn-int8"),
     Mutant("long-chunk-mask-off-by-one", "specdec/model/qwen2.py",
            "torch.ones(T, L + T, dtype=torch.bool, device=self.device).tril(L)",
            "torch.ones(T, L + T, dtype=torch.bool, device=self.device).tril(L + 1)",
@@ -203,8 +222,14 @@ MUTANTS = [
            "of 8)"),
     Mutant("vnni-correction-tail-dropped", "specdec/model/csrc/qlinear.cpp",
            "      for (int64_t k = a.G * GROUP; k < Kp; ++k) total += q[k];\n", "",
-           "the int8 VNNI correction 128 * sum(xq) leaves out the inputs past the last group of 32 (killed only "
-           "where the CPU has AVX-VNNI or AVX512-VNNI, the paths that subtract it)"),
+           "the int8 VNNI correction 128 * sum(xq) leaves out the inputs past the last group of 32 (run only "
+           "where the CPU has AVX-VNNI or AVX512-VNNI, the paths that subtract it)", needs="vnni"),
+    Mutant("layer-rope-sign-flipped", "specdec/model/csrc/qlinear.cpp",
+           "        dst[2 * j + 1] = a * sn + b * c;\n", "        dst[2 * j + 1] = a * sn - b * c;\n",
+           "the one-call decoder layer rotates q and k by the wrong angle's sine in one half of each pair"),
+    Mutant("layer-value-slot-fixed", "specdec/model/csrc/qlinear.cpp",
+           "std::memcpy(vc + (g * C + L + t) * D,", "std::memcpy(vc + (g * C + L) * D,",
+           "the one-call decoder layer writes every new row's values to the first new slot"),
     Mutant("epilogue-bias-dropped", "specdec/model/csrc/qlinear.cpp",
            "float v = o.bias ? vals16[c] + o.bias[n0 + c] : vals16[c];", "float v = vals16[c];",
            "the scalar and AVX2 paths' epilogue leaves the bias out"),
@@ -275,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=int, default=900, help="seconds per test run (default 900)")
     args = ap.parse_args(argv)
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    missing = [m for m in chosen if m.needs and not NEEDS[m.needs]()]
+    for m in missing:
+        print(f"{m.name:28s} not run: this machine lacks {m.needs}, which the tests that kill it need")
+    chosen = [m for m in chosen if m not in missing]
     if args.list or not chosen:
         for m in MUTANTS:
             print(f"{m.name:28s} {m.path:22s} {m.why}")

@@ -94,12 +94,15 @@ def _forward_costs(pair) -> dict:
     return out
 
 
+COSTS_VERSION = 2  # raised when the forward itself changes (2: each layer one C++ call): older timings are not read
+
+
 def machine_costs(pair) -> dict:
     """``measure_costs`` once per machine, models and kernels, then from the cache. One measurement at
     a time: a second caller (the app's background timing and a first tree run) waits and reads the cache."""
     from specdec.model.calibration import cached
     from specdec.model.precision import cpu_description
-    key = ["tree-costs-per-round", pair.target_name, pair.draft_name, pair.precision.label,
+    key = ["tree-costs-per-round", COSTS_VERSION, pair.target_name, pair.draft_name, pair.precision.label,
            pair.draft_precision.label if pair.draft_precision else ""]
     with _MEASURING:
         return cached(key, cpu_description(), lambda: {"timings_ms": measure_costs(pair)})

@@ -98,7 +98,12 @@ def vector_attention(head_dim: int) -> bool:
     """Whether specdec's attention op runs a vector loop for this head size here (AVX2, and the
     head sizes of the models we run); elsewhere it would loop in scalar code (aarch64, other head
     sizes), slower than torch's attention, which then runs instead."""
-    return available() and bool(ops().attention_simd(head_dim))
+    return available() and _attention_simd(head_dim)
+
+
+@functools.cache
+def _attention_simd(head_dim: int) -> bool:  # asked before every forward: the library's answer never changes
+    return bool(ops().attention_simd(head_dim))
 
 
 def _padded(n: int, to: int) -> int:
@@ -158,7 +163,7 @@ def unpack_int4(packed: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tenso
     return q[:n], dm[0, :n], dm[1, :n]
 
 
-class _Native(PackedLinear):
+class Native(PackedLinear):
     """What both layers share: the library's instruction set (``isa``: 0 the best here, or one of
     :data:`ISA_NAMES` for the tests), the real (unpadded) shape carried in ``state``."""
 
@@ -186,7 +191,7 @@ class _Native(PackedLinear):
                           None if residual is None else residual.contiguous())
 
 
-class NativeInt8Linear(_Native):
+class NativeInt8Linear(Native):
     """W8A8: int8 weights per output channel (symmetric), int8 activations per row, exact int32
     sums; batch-invariant whatever the rows (so ``batch_invariant`` is accepted and ignored)."""
 
@@ -219,12 +224,16 @@ class NativeInt8Linear(_Native):
         q = unpack_int8(self.blocks, self.out_features, self.in_features)
         return q.float() * self.scales[: self.out_features, None]
 
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The weights as the ``decoder_layer`` op takes them: blocks and scales."""
+        return self.blocks, self.scales
+
     def _call(self, x, norm, eps, gated, residual):
         return ops().int8_linear(x, self.blocks, self.scales, self.bias, self.out_features, self.isa, norm, eps,
                                  gated, residual)
 
 
-class NativeInt4Linear(_Native):
+class NativeInt4Linear(Native):
     """Weight-only int4 in groups of 32 with a float16 scale and minimum (GGUF Q4_K's form), int8
     activations per row; exact integer sums within a group, group sums added in a fixed order."""
 
@@ -255,6 +264,10 @@ class NativeInt4Linear(_Native):
     def dequantized(self) -> torch.Tensor:
         q, d, m = unpack_int4(self.packed, self.out_features)
         return (q.float() * d.float()[..., None] + m.float()[..., None]).reshape(self.out_features, -1)
+
+    def weights(self) -> tuple[torch.Tensor, None]:
+        """The weights as the ``decoder_layer`` op takes them: the blocks, no scales (int4)."""
+        return self.packed, None
 
     def _call(self, x, norm, eps, gated, residual):
         return ops().int4_linear(x, self.packed, self.bias, self.out_features, self.isa, norm, eps, gated, residual)

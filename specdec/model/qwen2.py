@@ -29,6 +29,12 @@ call a one-token forward at the end of that path makes, so a node's logits are b
 chain forward along its path; otherwise (the draft, which needs no invariance) one fused
 masked attention serves all rows.
 
+**One call per layer.** Where every linear is one of specdec's own kernels (the CPU's int8 and int4)
+and its attention op runs here, each layer is one C++ call (``decoder_layer``: the norm, q/k/v,
+RoPE, the cache write, attention, o, the MLP and both residuals), the same steps in the same order,
+bitwise what the op-by-op path gives (``tests/model/test_native.py``): what it removes is the
+Python and the ~20 torch ops around the kernels, which a small draft pays 24 times a token.
+
 The KV cache (:mod:`specdec.model.kvcache`) rolls back by setting a length.
 
 **One forward for every device.** The same module runs on CUDA and Apple MPS, its weights,
@@ -60,6 +66,7 @@ from specdec.model import native
 from specdec.model.kernels import PackedLinear
 from specdec.model.kvcache import KVCache
 
+ONE_CALL = True  # each layer as one call of specdec's decoder_layer op where every linear is specdec's kernel
 EXACT_ROWS = 33  # up to K+1 for the largest K: verification forwards attend row by row
 MakeLinear = Callable[[torch.Tensor, "torch.Tensor | None"], PackedLinear]  # (weight, bias) -> layer
 
@@ -166,6 +173,19 @@ class Qwen2Layer(torch.nn.Module):
                              for t in range(T)], dim=2)                                 # (1, H, T, D)
         return self._rest(x, att)
 
+    def one_call(self) -> tuple | None:
+        """The weights' arguments of specdec's ``decoder_layer`` op (the whole layer in one call), or
+        None where a linear is not one of specdec's kernels (another precision, a GPU) or the layer's
+        shape is one the op does not take."""
+        if not hasattr(self, "_one_call"):
+            parts = [self.qkv, self.o, self.gate_up, self.down]
+            ok = (all(isinstance(p, native.Native) for p in parts) and len({p.isa for p in parts}) == 1
+                  and all(p.bias is None for p in parts[1:]))
+            self._one_call = None if not ok else (
+                parts[0].isa, [p.out_features for p in parts],
+                *(t for p in parts[:1] for t in (*p.weights(), p.bias)), *(t for p in parts[1:] for t in p.weights()))
+        return self._one_call
+
     def _rest(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         """The output projection and the MLP, each with its residual: (T, E). ``att`` is
         (1, H, T, D), or already (T, H*D)."""
@@ -227,6 +247,7 @@ class LeanQwen2(torch.nn.Module):
         s = self.shape
         self.device = torch.device(device)
         self.static, self.pad_rows, self.graphs = static, pad_rows, graphs
+        self.one_call_layers = True
         # MPS has no complex multiply: there RoPE takes (cos, sin) as two real halves
         self.complex_rope = self.device.type != "mps" if complex_rope is None else complex_rope
         if restore is not None:
@@ -332,10 +353,26 @@ class LeanQwen2(torch.nn.Module):
             rows = tree.keys if tree.exact else None
         seen = self._seen(L, T, tree)
         x = self.embed[ids].float()                                                      # (T, E)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, rot, cache, i, mask, rows, fused=tree is not None, seen=seen)
+        if seen is not None and self.one_call:  # each layer one C++ call: the same steps, no Python between
+            s, op = self.shape, native.ops().decoder_layer
+            cs = rot if not rot.is_complex() else torch.view_as_real(rot)               # (T, D/2, 2): cos, sin
+            for i, layer in enumerate(self.layers):
+                isa, outs, *weights = layer.one_call()
+                x = op(x, cs.contiguous(), cache.k[i], cache.v[i], L, *seen, layer.attn_norm, layer.mlp_norm,
+                       s.eps, s.heads, isa, outs, *weights)
+        else:
+            for i, layer in enumerate(self.layers):
+                x = layer(x, rot, cache, i, mask, rows, fused=tree is not None, seen=seen)
         cache.length = L + T
         return self._head(x[-keep:])
+
+    @property
+    def one_call(self) -> bool:
+        """Whether every layer runs as one call of specdec's ``decoder_layer`` op (see
+        :meth:`Qwen2Layer.one_call`); ``ONE_CALL`` False switches it off everywhere (the tests compare
+        both), ``one_call_layers`` False for this model (benchmarks.levers times both)."""
+        return (ONE_CALL and self.one_call_layers and self.device.type == "cpu"
+                and all(layer.one_call() is not None for layer in self.layers))
 
     def _seen(self, L: int, T: int, tree: TreeAttention | None) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """What each new row attends to, for specdec's attention op (:mod:`specdec.model.native`): the
@@ -358,11 +395,11 @@ class LeanQwen2(torch.nn.Module):
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         """The final norm and the output layer: (rows, E) -> (rows, V) logits."""
-        x = F.rms_norm(x, (self.shape.hidden,), self.norm, self.shape.eps)
+        y = self.head.fused(x, norm=(self.norm, self.shape.eps))                         # rms_norm, then the matmul
         if self.head_rows is None:
-            return self.head(x)                                                          # (rows, V)
+            return y                                                                     # (rows, V)
         logits = x.new_full((x.shape[0], self.rows), float("-inf"))                      # (rows, V)
-        logits[:, self.head_rows] = self.head(x)
+        logits[:, self.head_rows] = y
         return logits
 
     def _static_forward(self, ids: torch.Tensor, cache: KVCache, keep: int, tree: TreeAttention | None

@@ -1,7 +1,8 @@
 """specdec's own int8/int4 kernels (specdec/model/csrc/qlinear.cpp): against their dequantised
 reference, bitwise batch-invariant at 1..16 rows, the same bits on every instruction-set path this
 CPU runs, loaded from a mapped file exactly as packed, and the fallback where they are not built;
-its attention op against torch's. (The fused prologues and epilogues: test_fused_kernels.py.)"""
+its attention op against torch's; a whole decoder layer in one call bitwise the op-by-op layer. (The
+fused prologues and epilogues: test_fused_kernels.py.)"""
 import shutil
 
 import pytest
@@ -140,3 +141,45 @@ def test_without_the_library_the_choice_falls_back_to_torchs_kernels():
         assert caps["specdec"] is False and all(v.kernel != "specdec" for v in cpu_variants(caps))
         assert Precision("int8", "").cpu_kernel == "fbgemm" and Precision("int4", "").cpu_kernel == "torch"
         assert Precision("int8", "").cache_key(torch.device("cpu")) == "int8"
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_layer_in_one_call_is_bitwise_the_layer_op_by_op(kind, threads, monkeypatch):
+    """The ``decoder_layer`` op (norm, q/k/v, RoPE, the cache write, attention, o, the MLP and both
+    residuals in one C++ call) against the same layer as a dozen torch ops and kernel calls: the very
+    bits, for a prompt, a verification chain and a token tree, and the cache it leaves behind."""
+    from helpers import tiny
+
+    from specdec.decode.tree import verifier_attention
+    from specdec.model import qwen2
+    from specdec.model.lm import CachedLM
+    lean = tiny.lean(tiny.model(5, scale=4, hidden=256), kind)                 # head size 64: the vector attention
+    assert lean.one_call, "every linear here is specdec's: the layers run as one call"
+    parents = [-1, 0, 0, 1, 1, 2, 4]
+    torch.set_num_threads(threads)
+    try:
+        runs = []
+        for one_call in (True, False):
+            monkeypatch.setattr(qwen2, "ONE_CALL", one_call)
+            lm = CachedLM(lean, tiny.V)
+            ids = tiny.prompt_ids(20)
+            out = [lm.forward(ids[:12], keep=1), lm.forward(ids[12:], keep=8)]      # a prompt, then a chain
+            out.append(lm.forward_tree(ids[:7], verifier_attention(parents, len(lm))))
+            n = len(lm)
+            runs.append((torch.cat(out), lm.cache.k[1][:, :n].clone(), lm.cache.v[1][:, :n].clone()))
+    finally:
+        torch.set_num_threads(2)
+    for got, want in zip(*runs):
+        assert torch.equal(got, want)
+
+
+def test_a_layer_in_one_call_refuses_a_cache_too_small():
+    from helpers import tiny
+    lean = tiny.lean(tiny.model(5, hidden=256), "int8")
+    cache, layer, s = lean.new_cache(capacity=4), lean.layers[0], lean.shape
+    isa, outs, *weights = layer.one_call()
+    rot = torch.zeros(3, s.head_dim // 2, 2)
+    with pytest.raises(RuntimeError, match="beyond the cache"):
+        native.ops().decoder_layer(torch.zeros(3, s.hidden), rot, cache.k[0], cache.v[0], 2, torch.tensor([3, 4, 5]),
+                                   None, layer.attn_norm, layer.mlp_norm, s.eps, s.heads, isa, outs, *weights)

@@ -953,6 +953,76 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return out;
 }
 
+// ---- one decoder layer in one call ------------------------------------------------------------
+//
+// A Qwen2 layer as the lean forward runs it (specdec/model/qwen2.py), for rows that attend by
+// ``lengths``/``index`` as above: qkv = rms_norm(x) Wqkv^T + b; q and k rotated pairwise (their
+// rows were reordered at load so that each rotated pair sits side by side: (a, b) -> (a cos - b sin,
+// a sin + b cos)); k and v written at cache slots L..L+T-1; attention; x += att Wo^T;
+// x += (silu(gate) * up)(rms_norm(x)) Wdown^T. The same steps in the same order as the op-by-op
+// path, each row on its own: batch-invariant as every piece is. What it saves is what surrounds
+// the kernels: ~20 torch ops a layer from Python, most of a small draft's one-row forward beyond
+// its weights' read time. A linear's weights are int8 blocks with their scales, or int4 blocks
+// (scales absent).
+
+at::Tensor layer_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& scales,
+                        const c10::optional<at::Tensor>& bias, int64_t n, int64_t isa,
+                        const c10::optional<at::Tensor>& norm, double eps, bool gated,
+                        const c10::optional<at::Tensor>& residual) {
+  if (scales.has_value() && scales->defined())
+    return int8_linear(x, w, *scales, bias, n, isa, norm, eps, gated, residual);
+  return int4_linear(x, w, bias, n, isa, norm, eps, gated, residual);
+}
+
+at::Tensor decoder_layer(const at::Tensor& x, const at::Tensor& rot, const at::Tensor& k_cache,
+                         const at::Tensor& v_cache, int64_t L, const at::Tensor& lengths,
+                         const c10::optional<at::Tensor>& index, const at::Tensor& attn_norm,
+                         const at::Tensor& mlp_norm, double eps, int64_t heads, int64_t isa,
+                         c10::IntArrayRef outs, const at::Tensor& qkv_w, const c10::optional<at::Tensor>& qkv_s,
+                         const c10::optional<at::Tensor>& qkv_b, const at::Tensor& o_w,
+                         const c10::optional<at::Tensor>& o_s, const at::Tensor& gu_w,
+                         const c10::optional<at::Tensor>& gu_s, const at::Tensor& down_w,
+                         const c10::optional<at::Tensor>& down_s) {
+  const int64_t T = x.size(0), E = x.size(1), G = k_cache.size(0), C = k_cache.size(1), D = k_cache.size(2);
+  const int64_t H = heads;
+  TORCH_CHECK(outs.size() == 4, "specdec decoder_layer: out_features are the four linears' (qkv, o, gate_up, down)");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes() &&
+                  k_cache.scalar_type() == at::kFloat && v_cache.scalar_type() == at::kFloat,
+              "specdec decoder_layer: the caches must be contiguous (G, capacity, D) float32");
+  TORCH_CHECK(L >= 0 && L + T <= C, "specdec decoder_layer: slots ", L, "..", L + T, " beyond the cache's ", C);
+  TORCH_CHECK(rot.scalar_type() == at::kFloat && rot.is_contiguous() && rot.dim() == 3 && rot.size(0) == T &&
+                  rot.size(1) * 2 == D && rot.size(2) == 2,
+              "specdec decoder_layer: rot must be (T, D/2, 2) float32 (cos, sin)");
+  TORCH_CHECK(H % G == 0 && H * D == E, "specdec decoder_layer: ", H, " heads of ", D, " for a hidden size of ", E);
+  const int64_t width = (H + 2 * G) * D;
+  TORCH_CHECK(outs[0] == width && outs[1] == E && outs[3] == E && outs[2] % 2 == 0,
+              "specdec decoder_layer: the linears' shapes do not make a layer");
+  at::Tensor qkv = layer_linear(x, qkv_w, qkv_s, qkv_b, width, isa, attn_norm, eps, false, c10::nullopt);
+  at::Tensor q = at::empty({T, H, D}, x.options());
+  float *qkvp = qkv.data_ptr<float>(), *qp = q.data_ptr<float>();
+  float *kc = k_cache.data_ptr<float>(), *vc = v_cache.data_ptr<float>();
+  const float* rp = rot.data_ptr<float>();
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = qkvp + t * width;
+    const float* r = rp + t * D;
+    for (int64_t h = 0; h < H + G; ++h) {
+      const float* src = row + h * D;
+      float* dst = h < H ? qp + (t * H + h) * D : kc + ((h - H) * C + L + t) * D;
+      for (int64_t j = 0; j < D / 2; ++j) {
+        const float a = src[2 * j], b = src[2 * j + 1], c = r[2 * j], sn = r[2 * j + 1];
+        dst[2 * j] = a * c - b * sn;
+        dst[2 * j + 1] = a * sn + b * c;
+      }
+    }
+    for (int64_t g = 0; g < G; ++g)
+      std::memcpy(vc + (g * C + L + t) * D, row + (H + G + g) * D, D * sizeof(float));
+  }
+  at::Tensor att = attention(q, k_cache, v_cache, lengths, index);                  // (T, H*D)
+  at::Tensor h1 = layer_linear(att, o_w, o_s, c10::nullopt, E, isa, c10::nullopt, 0., false, x);
+  at::Tensor gu = layer_linear(h1, gu_w, gu_s, c10::nullopt, outs[2], isa, mlp_norm, eps, false, c10::nullopt);
+  return layer_linear(gu, down_w, down_s, c10::nullopt, E, isa, c10::nullopt, 0., true, h1);
+}
+
 int64_t isas() { return available_mask(); }
 
 }  // namespace
@@ -963,6 +1033,9 @@ TORCH_LIBRARY(specdec, m) {
   m.def("int4_linear(Tensor x, Tensor w, Tensor? bias, int out_features, int isa, Tensor? norm=None, float eps=0., "
         "bool gated=False, Tensor? residual=None) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor lengths, Tensor? index) -> Tensor");
+  m.def("decoder_layer(Tensor x, Tensor rot, Tensor(a!) k_cache, Tensor(b!) v_cache, int L, Tensor lengths, "
+        "Tensor? index, Tensor attn_norm, Tensor mlp_norm, float eps, int heads, int isa, int[] outs, Tensor qkv_w, Tensor? qkv_s, "
+        "Tensor? qkv_b, Tensor o_w, Tensor? o_s, Tensor gu_w, Tensor? gu_s, Tensor down_w, Tensor? down_s) -> Tensor");
   m.def("isas() -> int", &isas);
   m.def("attention_simd(int head_dim) -> bool", &attention_simd);
 }
@@ -971,4 +1044,5 @@ TORCH_LIBRARY_IMPL(specdec, CPU, m) {
   m.impl("int8_linear", &int8_linear);
   m.impl("int4_linear", &int4_linear);
   m.impl("attention", &attention);
+  m.impl("decoder_layer", &decoder_layer);
 }
