@@ -47,7 +47,7 @@ def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
     left out and said so."""
     from specdec.model.precision import cpu_variants
     from specdec.weights.loading import load_model
-    variants = timed_variants(k, ("int8", "int4"))
+    variants = timed_variants(("int8", "int4"))
     out = {"left out": sorted(v.label for v in cpu_variants() if v.name in ("int8", "int4") and v not in variants)}
     for role, name in (("verifier", pair.target_name), ("draft", pair.draft_name)):
         models = {v.label: load_model(name, pair.device, v, "target" if role == "verifier" else "draft")[0]

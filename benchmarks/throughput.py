@@ -380,7 +380,7 @@ def main(argv=None) -> int:
 
     # the fastest verifier-only configuration here: the representation fastest at one row, which
     # need not be the default (chosen for 1 + K+1 rows); speculation is judged against it too
-    timings = cpu_timings(args.k) if pair.device.type == "cpu" else {}
+    timings = cpu_timings() if pair.device.type == "cpu" else {}
     fastest = min(timings, key=lambda n: timings[n][0]) if timings else pair.precision.label
     solo = (load_pair(pair.target_name, None, "cpu", Precision.from_label(fastest).name)
             if fastest != pair.precision.label else None)
@@ -415,8 +415,7 @@ def main(argv=None) -> int:
 
     # transformers on the very same weights and kernels: its own forward, our packed Linear layers.
     hf_prompts = code[:2]
-    hf = load_pair(TRANSFORMERS + pair.target_name, TRANSFORMERS + pair.draft_name, "cpu", pair.precision.name,
-                   k=args.k)
+    hf = load_pair(TRANSFORMERS + pair.target_name, TRANSFORMERS + pair.draft_name, "cpu", pair.precision.name)
     # name: assistant settings (None: no assistant). Each run sets them on the draft's generation_config.
     settings = {"transformers greedy": None, "transformers assisted (its defaults)": {}}
     if not args.quick:
@@ -476,7 +475,7 @@ def main(argv=None) -> int:
             aggregate(rows, spec, base, code + prose)["tok_s"] / aggregate(rows, best, base, code + prose)["tok_s"])
     log("measuring fidelity against the float32 dequantized models")
     # every representation but float32 (the reference) and the reference-speed paths the calibration dropped
-    fid = {} if args.quick else fidelity(pair, [v.label for v in timed_variants(args.k) if v.name != "float32"],
+    fid = {} if args.quick else fidelity(pair, [v.label for v in timed_variants() if v.name != "float32"],
                                          [pair.draft_precision.label] if pair.draft_precision else [])
     out = args.out or ROOT / "benchmarks" / "results" / f"throughput-{env['cpu_slug']}.json"
     write_json(out, {"benchmark": "throughput", **env, "quick": args.quick, "fastest_verifier_only": fastest_measured,

@@ -65,6 +65,17 @@ def test_rejected_drafts_sit_at_the_boundary_they_lost_and_add_nothing_to_the_te
     assert visible_text(html) == gen.text
 
 
+def test_a_rejected_drafts_whitespace_is_markers_only_so_it_never_breaks_the_kept_text():
+    """Shown inline, a rejected draft's line break or indentation would break the kept text's lines:
+    inside its <del> only the markers stand for them, no space, tab or newline."""
+    from specdec.teach.render import Segment
+    segs = [Segment("x =", "accepted", 0, 0, 0.9, 0.9), Segment("\n\t  y", REJECTED, 0, 1, 0.1, 0.9),
+            Segment(" 1", RESAMPLED, 0, 1, 0.5)]
+    inner = re.search(r'<span class="rej-text">(.*?)</span></del>', token_html(segs), re.S).group(1)
+    assert re.sub(r"<[^>]+>", "", inner) == "y"                   # the text without any whitespace
+    assert inner.count('class="nl"') == 1 and inner.count('class="tab"') == 1 and inner.count('class="sp"') == 2
+
+
 def test_text_keeps_its_shape_with_visible_whitespace_that_is_never_copied(pair):
     from specdec.teach.render import Segment
     segs = [Segment("def", "accepted", 0, 0, 0.9, 0.9), Segment("\n", "accepted", 0, 1, 0.9, 0.9),
