@@ -114,8 +114,8 @@ def machine_slug(hw: dict, device_type: str) -> str:
 
 def timed_variants(names: tuple[str, ...] | None = None) -> list:
     """The CPU kernel variants worth measuring further here: every one the calibration timed (at the
-    default K's rows, whatever K a run asks for) within ``SKIP_FACTOR`` of the fastest at one row (a reference path, seconds a forward, is left
-    out), optionally of the given representations."""
+    default K's rows, whatever K a run asks for) within ``SKIP_FACTOR`` of the fastest at one row (a
+    reference path, seconds a forward, is left out), optionally of the given representations."""
     from specdec.model.calibration import SKIP_FACTOR
     from specdec.model.precision import cpu_timings, cpu_variants
     timings = cpu_timings()

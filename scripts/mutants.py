@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # NEEDS' checks import specdec from this tree
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,6 @@ def _has_vnni_kernels() -> bool:
 def _has_onednn_int8() -> bool:
     from specdec.model.precision import cpu_capabilities
     return bool(cpu_capabilities()["onednn_int8"])
-
-
-sys.path.insert(0, str(ROOT))  # the checks below import specdec from this tree
 
 
 # What a machine must have for a mutant's killing tests to run (they skip elsewhere, so the mutant would

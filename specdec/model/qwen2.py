@@ -66,7 +66,6 @@ from specdec.model import native
 from specdec.model.kernels import PackedLinear
 from specdec.model.kvcache import KVCache
 
-ONE_CALL = True  # each layer as one call of specdec's decoder_layer op where every linear is specdec's kernel
 EXACT_ROWS = 33  # up to K+1 for the largest K: verification forwards attend row by row
 MakeLinear = Callable[[torch.Tensor, "torch.Tensor | None"], PackedLinear]  # (weight, bias) -> layer
 
@@ -181,9 +180,9 @@ class Qwen2Layer(torch.nn.Module):
             parts = [self.qkv, self.o, self.gate_up, self.down]
             ok = (all(isinstance(p, native.Native) for p in parts) and len({p.isa for p in parts}) == 1
                   and all(p.bias is None for p in parts[1:]))
-            self._one_call = None if not ok else (
-                parts[0].isa, [p.out_features for p in parts],
-                *(t for p in parts[:1] for t in (*p.weights(), p.bias)), *(t for p in parts[1:] for t in p.weights()))
+            qkv, *rest = parts
+            self._one_call = None if not ok else (qkv.isa, [p.out_features for p in parts], *qkv.weights(), qkv.bias,
+                                                  *(t for p in rest for t in p.weights()))
         return self._one_call
 
     def _rest(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
@@ -355,10 +354,10 @@ class LeanQwen2(torch.nn.Module):
         x = self.embed[ids].float()                                                      # (T, E)
         if seen is not None and self.one_call:  # each layer one C++ call: the same steps, no Python between
             s, op = self.shape, native.ops().decoder_layer
-            cs = rot if not rot.is_complex() else torch.view_as_real(rot)               # (T, D/2, 2): cos, sin
+            cs = (torch.view_as_real(rot) if rot.is_complex() else rot).contiguous()     # (T, D/2, 2): cos, sin
             for i, layer in enumerate(self.layers):
                 isa, outs, *weights = layer.one_call()
-                x = op(x, cs.contiguous(), cache.k[i], cache.v[i], L, *seen, layer.attn_norm, layer.mlp_norm,
+                x = op(x, cs, cache.k[i], cache.v[i], L, *seen, layer.attn_norm, layer.mlp_norm,
                        s.eps, s.heads, isa, outs, *weights)
         else:
             for i, layer in enumerate(self.layers):
@@ -369,9 +368,9 @@ class LeanQwen2(torch.nn.Module):
     @property
     def one_call(self) -> bool:
         """Whether every layer runs as one call of specdec's ``decoder_layer`` op (see
-        :meth:`Qwen2Layer.one_call`); ``ONE_CALL`` False switches it off everywhere (the tests compare
-        both), ``one_call_layers`` False for this model (benchmarks.levers times both)."""
-        return (ONE_CALL and self.one_call_layers and self.device.type == "cpu"
+        :meth:`Qwen2Layer.one_call`); ``one_call_layers`` False runs this model's layers op by op
+        (the tests and benchmarks.levers compare both)."""
+        return (self.one_call_layers and self.device.type == "cpu"
                 and all(layer.one_call() is not None for layer in self.layers))
 
     def _seen(self, L: int, T: int, tree: TreeAttention | None) -> tuple[torch.Tensor, torch.Tensor | None] | None:

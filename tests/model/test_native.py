@@ -145,14 +145,13 @@ def test_without_the_library_the_choice_falls_back_to_torchs_kernels():
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_layer_in_one_call_is_bitwise_the_layer_op_by_op(kind, threads, monkeypatch):
+def test_a_layer_in_one_call_is_bitwise_the_layer_op_by_op(kind, threads):
     """The ``decoder_layer`` op (norm, q/k/v, RoPE, the cache write, attention, o, the MLP and both
     residuals in one C++ call) against the same layer as a dozen torch ops and kernel calls: the very
     bits, for a prompt, a verification chain and a token tree, and the cache it leaves behind."""
     from helpers import tiny
 
     from specdec.decode.tree import verifier_attention
-    from specdec.model import qwen2
     from specdec.model.lm import CachedLM
     lean = tiny.lean(tiny.model(5, scale=4, hidden=256), kind)                 # head size 64: the vector attention
     assert lean.one_call, "every linear here is specdec's: the layers run as one call"
@@ -161,7 +160,7 @@ def test_a_layer_in_one_call_is_bitwise_the_layer_op_by_op(kind, threads, monkey
     try:
         runs = []
         for one_call in (True, False):
-            monkeypatch.setattr(qwen2, "ONE_CALL", one_call)
+            lean.one_call_layers = one_call
             lm = CachedLM(lean, tiny.V)
             ids = tiny.prompt_ids(20)
             out = [lm.forward(ids[:12], keep=1), lm.forward(ids[12:], keep=8)]      # a prompt, then a chain
