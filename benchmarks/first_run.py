@@ -4,11 +4,13 @@
     python -m benchmarks.first_run --tiny     # the script itself, on nothing (seconds; what the tests run)
 
 Everything runs as a user would, in fresh processes, with an empty cache of its own
-(``$SPECDEC_CACHE`` in a temporary folder; this machine's kernel timings are copied in when there
-are some, so that the two-minute calibration is not what is measured):
+(``$SPECDEC_CACHE`` in a temporary folder). ``--keep-timings`` copies this machine's kernel
+timings in, so that the calibration is not part of the first run (results before 2026-12-06 were
+measured so; the JSON's ``calibration_in_first_run`` says which):
 
-1. **first run**: ``python -m specdec generate`` with nothing cached: it reads the GGUF parts in
-   place, packs both models into the precisions this machine picks and saves them. Its wall time
+1. **first run**: ``python -m specdec generate`` with nothing cached: it times the kernel variants
+   (unless kept), reads the GGUF parts in place, packs both models into the precisions this machine
+   picks and saves them. Its wall time
    and its peak resident memory (``ru_maxrss`` of that process alone, from ``wait4``; a child's
    figure starts from its parent's size at the fork, and this script never loads a model).
 2. **disk**: what the cache then holds (``specdec.weights.store``: blocks really used).
@@ -91,7 +93,9 @@ def render(d: dict) -> str:
     s, t, f = d["summary"], d["targets"], d["first_run"]
     ok = lambda x, lim, unit: f"{'met' if x <= lim else 'missed'} (target <= {lim:g} {unit})"  # noqa: E731
     out = ["#### A first run and the starts after it", "",
-           f"{machine_line(d)}. `python -m specdec generate` with an empty cache (this machine's kernel timings copied in), "
+           f"{machine_line(d)}. `python -m specdec generate` with an empty cache ("
+           + ("the kernel calibration included" if d.get("calibration_in_first_run") else
+              "this machine's kernel timings copied in") + "), "
            f"then {len(d['warm_cli'])} warm starts each of the CLI (one new token) and of `app.py`; every run a fresh "
            "process, medians. Peak memory is that process's own `ru_maxrss`; disk is the blocks the cache uses.", "",
            "| what | measured | against the issue's target |", "|---|---:|---|",
@@ -111,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="warm starts of the CLI and of the app (default 3)")
     parser.add_argument("--tiny", action="store_true", help="check the script on nothing (the tests' run)")
+    parser.add_argument("--keep-timings", action="store_true",
+                        help="copy this machine's kernel timings in: a first run without the calibration")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     from specdec.options import cache_root
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(tempfile.mkdtemp(prefix="specdec-first-run-"))
     env = {**os.environ, "SPECDEC_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
     timings = cache_root() / "calibration"
-    if timings.is_dir():
+    if args.keep_timings and timings.is_dir():
         shutil.copytree(timings, cache / "calibration")
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     try:
@@ -152,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(cache, ignore_errors=True)
     out = {"benchmark": "first_run", "tiny": args.tiny, **machine(torch.device("cpu")), **chosen,
            "precision": chosen["precision_reason"].split(":")[0], "prompt": PROMPT,
+           "calibration_in_first_run": not (args.keep_timings and timings.is_dir()),
            "first_run": first, "disk": disk, "warm_cli": cli, "warm_app": app, "targets": TARGETS,
            "summary": {"first_run_peak_gib": first.get("peak_rss_gib"), "cache_gb": disk["total_gb"],
                        "models_ready_s": statistics.median(r["ready_s"] for r in app),

@@ -12,6 +12,7 @@ import torch
 
 from benchmarks import (
     app_overhead,
+    draft_bits,
     first_run,
     gpu_costs,
     levers,
@@ -112,6 +113,25 @@ def test_profile_accounts_for_wall_time_and_fits_the_forward_cost(tmp_path):
             assert x["memory_ms"] == pytest.approx(r["weight_bytes"] / max(r["bandwidth_gb_s"]) / 1e6)
             assert x["bound_ms"] == max(x["memory_ms"], x["compute_ms"] or 0)
             assert x["measured_ms"] == f["ms"][lengths.index(int(n))] and x["ratio"] == x["measured_ms"] / x["bound_ms"]
+
+
+def test_draft_bits_measures_acceptance_per_bit_width_and_predicts_from_the_bytes(tmp_path):
+    data = run_script(draft_bits, tmp_path)
+    assert set(data["results"]) == {"code", "prose"}
+    for rows in data["results"].values():
+        assert [r["bits"] for r in rows.values()] == [4, *draft_bits.BITS]
+        for r in rows.values():
+            assert 0 <= r["acceptance"] <= 1 and len(r["per_position"]) == data["settings"]["k"]
+            p = r["prediction"]
+            assert 0 <= p["best_k"] <= data["settings"]["k"] and p["tok_s"] > 0 and p["speedup_vs_verifier_step"] >= 1
+            assert p["draft_ms"] == pytest.approx(data["costs_ms"]["draft"] * r["bytes_vs_int4"])
+    assert draft_bits.bytes_ratio(4) == 1 and draft_bits.bytes_ratio(2) == pytest.approx(0.6)
+    w = torch.randn(8, 64)
+    for bits in (4, 3, 2):  # 2**bits levels per group of 32: a group holds at most that many values
+        q = draft_bits.quantize(w, bits)
+        assert max(len(set(g.tolist())) for g in q.reshape(-1, 32)) <= 2 ** bits
+        assert (q - w).abs().max() <= (w.max() - w.min()) / (2 ** bits - 1)
+    assert "predicted" in draft_bits.render(data)
 
 
 def test_roofline_bound_is_the_slower_of_reading_the_weights_and_computing_with_them():

@@ -23,11 +23,12 @@ import torch
 from specdec.model.kernels import PackedLinear
 from specdec.options import cache_root
 
-CALIBRATION_VERSION = 6  # bump when the variants or the measurement change: older caches are ignored
+CALIBRATION_VERSION = 7  # bump when the variants or the measurement change: older caches are ignored
 CALIBRATION_SHAPE = (8960, 1536)  # (out, in) of the verifier's MLP up-projection
 REPS = 15
 WARM_REPS = 2       # reps before a variant SKIP_FACTOR x slower than the fastest is dropped
 SKIP_FACTOR = 10
+HEAD_ROWS = 16384   # rows of the draft's output layer timed (then scaled to all): see calibrate_draft
 CPU = torch.device("cpu")  # what is timed here: the CPU's kernels
 
 
@@ -106,19 +107,31 @@ def calibrate(variants: list, k: int) -> dict:
 
 def calibrate_draft(variants: list, shapes: dict) -> dict:
     """The draft's table: per variant, [ms of one layer's four matmuls, ms of the output layer] at
-    1 row, without batch invariance. Its estimated matmul time per token is layers * first + second."""
+    1 row, without batch invariance. Its estimated matmul time per token is layers * first + second.
+
+    The output layer is timed on its first ``HEAD_ROWS`` rows and scaled to all of them: at one row
+    its time is its bytes read (memory-bound), and the whole layer in every variant at once, each
+    with its ring of copies, was most of a first run's peak memory (a 151936-row float32 layer is
+    545 MB, and every variant holds at least two copies)."""
     parts = []
-    for shape in shapes["layer"] + [shapes["head"]]:
+    vocab, hidden = shapes["head"]
+    head = (min(vocab, HEAD_ROWS), hidden)
+    for shape in shapes["layer"] + [head]:
         weight = torch.randn(*shape) * 0.02
         layers = {v.label: v.layers(CPU, batch_invariant=False).build(weight, None) for v in variants}
-        with _quietly():
-            parts.append(measure(layers, [1], reps=REPS if shape in shapes["layer"] else REPS // 2))
         del weight
+        with _quietly():
+            parts.append(measure(layers, [1], reps=REPS if shape is not head else REPS // 2))
+        del layers
     labels = [v.label for v in variants]
-    *layer, head = parts
-    return {"timings_ms": {n: [sum(p["timings_ms"][n][0] for p in layer), head["timings_ms"][n][0]] for n in labels},
-            "spread_ms": {n: [p["spread_ms"][n][0] for p in parts] for n in labels},
-            "skipped": {n: why for p in parts for n, why in p["skipped"].items()}}
+    *layer, head_part = parts
+    scale = vocab / head[0]
+    return {"timings_ms": {n: [sum(p["timings_ms"][n][0] for p in layer), scale * head_part["timings_ms"][n][0]]
+                           for n in labels},
+            "spread_ms": {n: [p["spread_ms"][n][0] for p in layer] + [[scale * x for x in head_part["spread_ms"][n][0]]]
+                          for n in labels},
+            "skipped": {n: why for p in parts for n, why in p["skipped"].items()},
+            "head_rows_timed": head[0]}
 
 
 def _file(key_parts: list, cpu: dict) -> Path:

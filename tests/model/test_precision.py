@@ -120,6 +120,27 @@ def test_draft_shapes_follow_its_config():
     assert (shapes["layers"], shapes["head"]) == (24, (151936, 896))
 
 
+def test_the_drafts_output_layer_is_timed_on_a_slice_and_scaled_to_all_its_rows(monkeypatch):
+    """The whole output layer in every variant at once was most of a first run's peak memory: it is
+    timed on HEAD_ROWS rows, and its time scaled by vocab / HEAD_ROWS (one row reads every weight once)."""
+    timed = []
+
+    def fake_measure(layers, rows, reps=calibration.REPS):
+        shape = {(layer.out_features, layer.in_features) for layer in layers.values()}
+        timed.append(shape.pop())
+        return table({label: [float(layer.out_features)] for label, layer in layers.items()})
+
+    monkeypatch.setattr(calibration, "measure", fake_measure)
+    monkeypatch.setattr(calibration, "HEAD_ROWS", 256)
+    shapes = {"layer": [(96, 64), (64, 64)], "layers": 2, "head": (1000, 64)}
+    out = calibration.calibrate_draft([P.Precision("float32", "test")], shapes)
+    assert timed == [(96, 64), (64, 64), (256, 64)]
+    assert out["timings_ms"]["float32"] == [96 + 64, pytest.approx(1000.0)]  # 256 ms on 256 rows, x 1000/256
+    assert out["head_rows_timed"] == 256
+    shapes["head"] = (100, 64)  # a head smaller than the slice is timed whole
+    assert calibration.calibrate_draft([P.Precision("float32", "test")], shapes)["timings_ms"]["float32"][1] == 100
+
+
 def test_the_draft_is_calibrated_apart_from_the_verifier_and_cached(cache, monkeypatch):
     from types import SimpleNamespace
     calls = []
