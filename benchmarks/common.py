@@ -112,13 +112,13 @@ def machine_slug(hw: dict, device_type: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", words.lower()).strip("-")
 
 
-def timed_variants(names: tuple[str, ...] | None = None) -> list:
-    """The CPU kernel variants worth measuring further here: every one the calibration timed (at the
-    default K's rows, whatever K a run asks for) within ``SKIP_FACTOR`` of the fastest at one row (a
-    reference path, seconds a forward, is left out), optionally of the given representations."""
+def timed_variants(timings: dict[str, list[float]], names: tuple[str, ...] | None = None) -> list:
+    """The CPU kernel variants worth measuring further here: every one the calibration ``timings``
+    (:func:`specdec.model.precision.cpu_timings`, at the default K's rows, whatever K a run asks for)
+    hold within ``SKIP_FACTOR`` of the fastest at one row (a reference path, seconds a forward, is left
+    out), optionally of the given representations."""
     from specdec.model.calibration import SKIP_FACTOR
-    from specdec.model.precision import cpu_timings, cpu_variants
-    timings = cpu_timings()
+    from specdec.model.precision import cpu_variants
     fastest = min(t[0] for t in timings.values())
     return [v for v in cpu_variants() if (names is None or v.name in names)
             and timings.get(v.label, [0])[0] <= SKIP_FACTOR * fastest]

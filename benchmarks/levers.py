@@ -14,6 +14,7 @@
    forward cost against eager.
 
     python -m benchmarks.levers [--quick] [--compile]
+    python -m benchmarks.levers --tiny     # tiny random models: checks the script, measures nothing
 """
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ import copy
 import gc
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, cpu_id, environment, write_json
+from benchmarks import tiny_pair
+from benchmarks.common import cpu_id, environment, write_json
 from benchmarks.profile import CONTEXT
 from benchmarks.tables import estimator, fmt
 from benchmarks.throughput import draft_vs_verify
@@ -37,12 +40,12 @@ from specdec.model.devices import Clock
 from specdec.model.lm import CachedLM
 from specdec.model.precision import cpu_variants
 from specdec.model.timing import ESTIMATOR, filler_ids, time_forward, time_forwards
-from specdec.weights.catalogue import DEFAULT_DRAFT, DEFAULT_TARGET
-from specdec.weights.loading import TRANSFORMERS, load_model, load_pair
+from specdec.weights.loading import TRANSFORMERS
 from specdec.weights.pairing import ModelPair
 
 ROWS = (1, 2, 3, 5, 7)
-CUT = 32768  # ids the cut draft output layer scores (plus every special token)
+CUT, TINY_CUT = 32768, tiny_pair.V // 2  # ids the cut draft output layer scores (plus every special token)
+NO_ONE_CALL = "its layers do not run as one call (not all specdec's kernels, or not built here): no twin to time"
 PROMPTS = [  # held out: none of them is in the app, the tests or the throughput benchmark
     "Write a Python function that flattens a nested list of arbitrary depth.",
     "Write a Python function that returns the longest common prefix of a list of strings.",
@@ -65,16 +68,19 @@ def interleaved_ms(models: dict, vocab: int, rows: int = 1, reps: int = 25) -> d
 
 def op_by_op(model):
     """The same model (its very weights) with each layer run op by op from Python rather than as one
-    C++ call (:meth:`specdec.model.qwen2.LeanQwen2.one_call`): what the one-call layer saves."""
+    C++ call (:meth:`specdec.model.qwen2.LeanQwen2.one_call`): what the one-call layer saves; None
+    where its layers do not run as one call, so that the twin would time the very same forward."""
+    if not model.one_call:
+        return None
     twin = copy.copy(model)
     twin.one_call_layers = False
     return twin
 
 
-def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig, fast_greedy: bool = True) -> dict:
-    """PROMPTS decoded with ``drafter``; ``fast_greedy=False`` (the model drafter only): with the draft
+def end_to_end(pair: ModelPair, drafter: str, cfg: DecodeConfig, prompts: list[str], fast_greedy: bool = True) -> dict:
+    """``prompts`` decoded with ``drafter``; ``fast_greedy=False`` (the model drafter only): with the draft
     model's T = 0 fast path off."""
-    gens = [(start(pair, p, cfg, drafter) if fast_greedy else general_path(pair, p, cfg)).run() for p in PROMPTS]
+    gens = [(start(pair, p, cfg, drafter) if fast_greedy else general_path(pair, p, cfg)).run() for p in prompts]
     tokens = sum(len(g.token_ids) for g in gens)
     wall = sum(g.summary().wall_s for g in gens)
     drafted = sum(g.summary().drafted for g in gens)
@@ -138,6 +144,8 @@ def render(d: dict) -> str:
         for name, ms in d["draft_forward_ms"].items():
             out.append(f"| {name} | {ms['1']:.1f} | {ms['7']:.1f} |")
         out.append("")
+    if d.get("not_measured"):
+        out += ["Not measured: " + "; ".join(f"{name}: {why}" for name, why in d["not_measured"].items()) + ".", ""]
     if d.get("end_to_end"):
         st = d["end_to_end_settings"]
         out += [f"End to end, {len(st['prompts'])} held-out code prompts x {st['max_new_tokens']} new tokens, "
@@ -163,52 +171,63 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="draft levers only, 2 prompts x 48 tokens")
+    ap.add_argument("--tiny", action="store_true", help="tiny random models built in-process (seconds)")
     ap.add_argument("--compile", action="store_true", help="also torch.compile the draft (minutes on 2 cores)")
     args = ap.parse_args(argv)
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
     cpu = torch.device("cpu")
-    pair = load_pair(device="cpu")  # the default pair: the verifier and draft the calibration chose
+    models = tiny_pair.loaders(args.tiny)
+    pair = models.load_pair(device="cpu")  # the default pair: the verifier and draft the calibration chose (tiny: int8)
     env, vocab = environment(pair), pair.vocab_size
-    results, verifier = {}, {}
+    cut = TINY_CUT if args.tiny else CUT
+    results, verifier, not_measured = {}, {}, {}
 
     # 1a. the draft's variants, interleaved: representation, kernel, output rows, batch invariance
     default = pair.draft_precision
     variants = {f"{v.label}{' (default)' if v.label == default.label else ''}": (v, 0, "draft")
-                for v in cpu_variants() if not v.transposed}
-    variants[f"{default.label}, output layer cut to {CUT} ids"] = (default, CUT, "draft")
+                for v in cpu_variants() if not v.transposed or v.label == default.label}
+    variants[f"{default.label}, output layer cut to {cut} ids"] = (default, cut, "draft")
     variants[f"{default.label}, batch-invariant (as a verifier)"] = (default, 0, "target")
     drafts = {}
-    for label, (prec, cut, role) in variants.items():
-        drafts[label] = (load_model(DEFAULT_DRAFT, cpu, prec, role, draft_vocab=cut)[0], prec)
-    drafts[f"{default.label}, each layer op by op (not one call)"] = (op_by_op(drafts[next(iter(
-        k for k in drafts if k.endswith("(default)")))][0]), default)
+    for label, (prec, ids, role) in variants.items():
+        drafts[label] = (models.load_model(pair.draft_name, cpu, prec, role, draft_vocab=ids)[0], prec)
+    twin = op_by_op(drafts[f"{default.label} (default)"][0])
+    if twin is None:
+        not_measured[f"draft, {default.label}, each layer op by op"] = NO_ONE_CALL
+    else:
+        drafts[f"{default.label}, each layer op by op (not one call)"] = (twin, default)
     for rows in (1, 7):
         for label, ms in interleaved_ms({k: m for k, (m, _) in drafts.items()}, vocab, rows).items():
             results.setdefault(f"draft, lean forward, {label}", {})[rows] = ms
     # 1c. the verifier as it runs, and each layer op by op (the same weights), interleaved
-    for rows in (1, 7):
-        both = {"each layer one call (default)": pair.target, "each layer op by op": op_by_op(pair.target)}
-        for label, ms in interleaved_ms(both, vocab, rows).items():
-            results.setdefault(f"verifier, lean forward, {pair.precision.label}, {label}", {})[rows] = ms
+    twin = op_by_op(pair.target)
+    if twin is None:
+        not_measured[f"verifier, {pair.precision.label}, each layer op by op"] = NO_ONE_CALL
+    else:
+        for rows in (1, 7):
+            both = {"each layer one call (default)": pair.target, "each layer op by op": twin}
+            for label, ms in interleaved_ms(both, vocab, rows).items():
+                results.setdefault(f"verifier, lean forward, {pair.precision.label}, {label}", {})[rows] = ms
     for label, ms in results.items():
         log(f"{label:70s} 1 row {ms[1]:6.1f} ms, 7 rows {ms[7]:6.1f} ms")
+    for label, why in not_measured.items():
+        log(f"{label:70s} not measured: {why}")
 
     # 2. end to end with each draft that could win, the hybrid drafter and the sampling fast path
-    n = 48 if args.quick else 128
-    global PROMPTS
-    PROMPTS = PROMPTS[:2] if args.quick else PROMPTS
+    n = 16 if args.tiny else 48 if args.quick else 128
+    prompts, = tiny_pair.prompt_texts(args.tiny, PROMPTS[:2] if args.quick else PROMPTS)
     cfg = DecodeConfig(max_new_tokens=n)
     start(pair, "def warmup():", DecodeConfig(max_new_tokens=8), "model").run()
-    e2e = {"verifier only": end_to_end(pair, "none", cfg)}
+    e2e = {"verifier only": end_to_end(pair, "none", cfg, prompts)}
     base_ids = e2e["verifier only"]["token_ids"]
     for label, (model, prec) in drafts.items():
         if "batch-invariant" in label or prec.name in ("float32",):
             continue
-        p = ModelPair(pair.target, pair.tokenizer, model, pair.target_name, DEFAULT_DRAFT, vocab, cpu,
+        p = ModelPair(pair.target, pair.tokenizer, model, pair.target_name, pair.draft_name, vocab, cpu,
                       pair.precision, prec)
-        e2e[f"draft {label}"] = end_to_end(p, "model", cfg)
-    e2e["hybrid drafter (lookup, else the default draft)"] = end_to_end(pair, "hybrid", cfg)
-    e2e["default draft, q and confidence per token at T = 0 (no fast path)"] = end_to_end(pair, "model", cfg,
+        e2e[f"draft {label}"] = end_to_end(p, "model", cfg, prompts)
+    e2e["hybrid drafter (lookup, else the default draft)"] = end_to_end(pair, "hybrid", cfg, prompts)
+    e2e["default draft, q and confidence per token at T = 0 (no fast path)"] = end_to_end(pair, "model", cfg, prompts,
                                                                                            fast_greedy=False)
     for label, r in e2e.items():
         r["identical_to_verifier_only"] = r.pop("token_ids") == base_ids
@@ -226,19 +245,20 @@ def main(argv=None) -> int:
         for v in cpu_variants():
             if v.transposed:
                 continue
-            model, _ = load_model(DEFAULT_TARGET, cpu, v, "target")
+            model, _ = models.load_model(pair.target_name, cpu, v, "target")
             verifier[f"verifier, lean forward, {v.label}"] = forward_ms(model, vocab)
             log(f"verifier {v.label:30s} " + " ".join(f"{x:7.1f}" for x in verifier[f'verifier, lean forward, {v.label}']))
             del model
             gc.collect()
-        model, _ = load_model(TRANSFORMERS + DEFAULT_TARGET, cpu, pair.precision, "target")
+        model, _ = models.load_model(TRANSFORMERS + pair.target_name, cpu, pair.precision, "target")
         verifier[f"verifier, transformers' forward, {pair.precision.label}"] = forward_ms(model, vocab)
         del model
-    out = args.out or ROOT / "benchmarks" / "results" / f"levers-{env['cpu_slug']}.json"
-    write_json(out, {"benchmark": "levers", **env, "quick": args.quick, "rows": list(ROWS), "context": CONTEXT,
-                     "estimator": ESTIMATOR,
-                     "forward_ms": verifier, "draft_forward_ms": results, "end_to_end": e2e,
-                     "end_to_end_settings": {"prompts": PROMPTS, "max_new_tokens": n, "k": cfg.k,
+    out = Path(args.out or tiny_pair.default_out("levers", env, args.tiny))
+    write_json(out, {"benchmark": "levers", **env, "quick": args.quick, "tiny": args.tiny, "rows": list(ROWS),
+                     "context": CONTEXT, "estimator": ESTIMATOR,
+                     "forward_ms": verifier, "draft_forward_ms": results, "not_measured": not_measured,
+                     "end_to_end": e2e,
+                     "end_to_end_settings": {"prompts": prompts, "max_new_tokens": n, "k": cfg.k,
                                              "confidence": cfg.confidence, "temperature": 0.0},
                      "compile": compiled})
     log(f"wrote {out}")

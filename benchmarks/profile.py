@@ -40,17 +40,16 @@ CONTEXT = 200  # tokens already in the cache when the timed forward starts (leve
 DRAFTERS = {"speculative, draft model": "model", "speculative, prompt lookup": "lookup", "verifier only": "none"}
 
 
-def kernel_costs(pair, lengths: list[int], reps: int, k: int, log) -> dict:
+def kernel_costs(loaders: tiny_pair.Loaders, pair, lengths: list[int], reps: int, k: int, log) -> dict:
     """time(L) fits per integer kernel variant here, per model: every variant of a model loaded at
-    once and their forwards timed in turn (:func:`specdec.model.timing.time_forwards`). A variant the
-    calibration dropped as a reference path (10x slower than the fastest, seconds a forward) is
-    left out and said so."""
+    once (by ``loaders``) and their forwards timed in turn (:func:`specdec.model.timing.time_forwards`).
+    A variant the calibration dropped as a reference path (10x slower than the fastest, seconds a
+    forward) is left out and said so."""
     from specdec.model.precision import cpu_variants
-    from specdec.weights.loading import load_model
-    variants = timed_variants(("int8", "int4"))
+    variants = timed_variants(loaders.timings(), ("int8", "int4"))
     out = {"left out": sorted(v.label for v in cpu_variants() if v.name in ("int8", "int4") and v not in variants)}
     for role, name in (("verifier", pair.target_name), ("draft", pair.draft_name)):
-        models = {v.label: load_model(name, pair.device, v, "target" if role == "verifier" else "draft")[0]
+        models = {v.label: loaders.load_model(name, pair.device, v, "target" if role == "verifier" else "draft")[0]
                   for v in variants}
         ms = time_forwards(models, lengths, CONTEXT, reps, vocab=pair.vocab_size)
         out[role] = {label: {**fit(lengths, [ms[label][n] for n in lengths], k),
@@ -219,7 +218,7 @@ def main(argv=None) -> int:
     bandwidth = [probe()]
     costs = forward_costs(pair, lengths, reps, args.k, log)
     bandwidth.append(probe())
-    kernels = kernel_costs(pair, lengths, reps, args.k, log) if args.kernels and not args.tiny else None
+    kernels = kernel_costs(tiny_pair.loaders(args.tiny), pair, lengths, reps, args.k, log) if args.kernels else None
     if kernels:
         bandwidth.append(probe())
     del probe  # its layers (hundreds of MB each) before the compute rates are measured

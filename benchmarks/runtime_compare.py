@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     ours_cost = forward_costs(pair, lengths, reps, args.k, log)
 
     if args.tiny:
-        llama, why_not = None, "--tiny: the tiny random models have no GGUF for llama.cpp"
+        llama, why_not = None, tiny_pair.NO_GGUF
     else:
         llama, why_not = llama_cpp(pair, prompts, n, args.k, lengths, reps, log)
     tok_s = {name: r["tok_s"] for name, r in ours.items()}

@@ -7,6 +7,7 @@ from the engine's own trace. Writes JSON; ``benchmarks/report.py`` turns it into
 
     python -m benchmarks.throughput            # full: 8 prompts x 128 tokens (~25 min on 2 cores)
     python -m benchmarks.throughput --quick    # 3 prompts x 48 tokens, no sweeps (~5 min)
+    python -m benchmarks.throughput --tiny     # tiny random models: checks the script, measures nothing
 """
 from __future__ import annotations
 
@@ -23,13 +24,14 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import tiny_pair
 from benchmarks.common import ROOT, cpu_id, cpu_label, environment, timed_variants, write_json
 from benchmarks.fidelity import fidelity
 from benchmarks.tables import anchor, fmt, measured_ms
-from specdec import DecodeConfig, SamplingConfig, load_pair
+from specdec import DecodeConfig, SamplingConfig
 from specdec.decode.settings import add_model_arguments, models_from_args
 from specdec.decode.start import start
-from specdec.model.precision import Precision, cpu_timings
+from specdec.model.precision import Precision
 from specdec.options import cache_root
 from specdec.weights.catalogue import EMBEDDED
 from specdec.weights.gguf import gguf_file
@@ -354,21 +356,27 @@ def main(argv=None) -> int:
     defaults = DecodeConfig()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 prompts x 48 tokens, no sweeps")
+    ap.add_argument("--tiny", action="store_true", help="tiny random models built in-process; no llama.cpp, "
+                                                        "no peak memory, no fidelity")
     ap.add_argument("--k", type=int, default=defaults.k)
     ap.add_argument("--confidence", type=float, default=defaults.confidence)
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (48 with --quick)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default 128 (48 with --quick, 16 with --tiny)")
     add_model_arguments(ap)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    code, prose = (CODE[:2], PROSE[:1]) if args.quick else (CODE, PROSE)
-    n = args.max_new_tokens or (48 if args.quick else 128)
+    code, prose = tiny_pair.prompt_texts(args.tiny, *((CODE[:2], PROSE[:1]) if args.quick else (CODE, PROSE)))
+    n = args.max_new_tokens or (16 if args.tiny else 48 if args.quick else 128)
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
     cfg = DecodeConfig(max_new_tokens=n, k=args.k, confidence=args.confidence)
     sampled = DecodeConfig(max_new_tokens=n, k=args.k, confidence=args.confidence, sampling=SAMPLED)
 
-    memory = peak_memory_of_default_run(16)
-    log(f"peak resident memory of a default run: {memory:.2f} GiB")
-    pair = models_from_args(args).load()
+    # --tiny: what needs the real models' files (a default run of the command line, the GGUF files
+    # llama.cpp reads, the float32 reference of the fidelity) is not measured, and the JSON says why
+    memory, why_no_memory = (None, "--tiny: a default run loads the real models") if args.tiny else (
+        peak_memory_of_default_run(16), None)
+    log(f"peak resident memory of a default run: {fmt(memory, 'f')} GiB")
+    models = tiny_pair.loaders(args.tiny)
+    pair = models.load_pair() if args.tiny else models_from_args(args).load()
     env = environment(pair)
     ours(pair, "def warmup():", DecodeConfig(max_new_tokens=8), "model")
     rows = []
@@ -380,9 +388,9 @@ def main(argv=None) -> int:
 
     # the fastest verifier-only configuration here: the representation fastest at one row, which
     # need not be the default (chosen for 1 + K+1 rows); speculation is judged against it too
-    timings = cpu_timings() if pair.device.type == "cpu" else {}
+    timings = models.timings() if pair.device.type == "cpu" else {}
     fastest = min(timings, key=lambda n: timings[n][0]) if timings else pair.precision.label
-    solo = (load_pair(pair.target_name, None, "cpu", Precision.from_label(fastest).name)
+    solo = (models.load_pair(pair.target_name, None, "cpu", Precision.from_label(fastest).name)
             if fastest != pair.precision.label else None)
     fastest_base = f"verifier only, {fastest} (the fastest verifier-only here)"
     for prompt in code + prose:
@@ -402,11 +410,12 @@ def main(argv=None) -> int:
             for prompt in code[:3] + prose[:1]:
                 record(f"sweep: K={k}, confidence {conf}", prompt, ours(pair, prompt, sweep, "model"))
 
-    llama, why_not = llama_cpp_runner(torch.get_num_threads())
+    llama, why_not = (None, tiny_pair.NO_GGUF) if args.tiny else llama_cpp_runner(torch.get_num_threads())
     if llama is not None:
         for prompt in code + prose:
             record("llama.cpp greedy (same GGUF)", prompt, llama(pair, prompt, n))
-    llama_spec, why_not_spec = llama_speculative_runner(torch.get_num_threads())
+    llama_spec, why_not_spec = ((None, tiny_pair.NO_GGUF) if args.tiny else
+                                llama_speculative_runner(torch.get_num_threads()))
     if llama_spec is not None:
         for n_max in SPEC_N_MAX[:2] if args.quick else SPEC_N_MAX:
             for prompt in code + prose:
@@ -415,7 +424,7 @@ def main(argv=None) -> int:
 
     # transformers on the very same weights and kernels: its own forward, our packed Linear layers.
     hf_prompts = code[:2]
-    hf = load_pair(TRANSFORMERS + pair.target_name, TRANSFORMERS + pair.draft_name, "cpu", pair.precision.name)
+    hf = models.load_pair(TRANSFORMERS + pair.target_name, TRANSFORMERS + pair.draft_name, "cpu", pair.precision.name)
     # name: assistant settings (None: no assistant). Each run sets them on the draft's generation_config.
     settings = {"transformers greedy": None, "transformers assisted (its defaults)": {}}
     if not args.quick:
@@ -473,12 +482,18 @@ def main(argv=None) -> int:
         best = max(spec_methods, key=lambda m: aggregate(rows, m, base, code + prose)["tok_s"])
         headline[f"speculative vs llama.cpp's own speculation at its best ({best})"] = (
             aggregate(rows, spec, base, code + prose)["tok_s"] / aggregate(rows, best, base, code + prose)["tok_s"])
-    log("measuring fidelity against the float32 dequantized models")
     # every representation but float32 (the reference) and the reference-speed paths the calibration dropped
-    fid = {} if args.quick else fidelity(pair, [v.label for v in timed_variants() if v.name != "float32"],
-                                         [pair.draft_precision.label] if pair.draft_precision else [])
-    out = args.out or ROOT / "benchmarks" / "results" / f"throughput-{env['cpu_slug']}.json"
-    write_json(out, {"benchmark": "throughput", **env, "quick": args.quick, "fastest_verifier_only": fastest_measured,
+    if args.tiny:
+        fid = {"not measured": "--tiny: tiny random models have no float32 dequantized GGUF model"}
+    elif args.quick:
+        fid = {}
+    else:
+        log("measuring fidelity against the float32 dequantized models")
+        fid = fidelity(pair, [v.label for v in timed_variants(models.timings()) if v.name != "float32"],
+                       [pair.draft_precision.label] if pair.draft_precision else [])
+    out = Path(args.out or tiny_pair.default_out("throughput", env, args.tiny))
+    write_json(out, {"benchmark": "throughput", **env, "quick": args.quick, "tiny": args.tiny,
+                     "fastest_verifier_only": fastest_measured, "peak_memory": why_no_memory or "measured",
                      "llama_cpp": "measured" if llama is not None else why_not,
                      "llama_cpp_speculative": "measured" if llama_spec is not None else why_not_spec,
                      "settings": {"k": args.k, "confidence": args.confidence, "max_new_tokens": n,

@@ -4,10 +4,14 @@ built in-process from configs (no download), in seconds.
 The one builder for the tests (``tests/helpers/tiny.py`` reads it from here) and for the
 benchmarks' ``--tiny`` mode, where every script then runs end to end and measures nothing but
 itself (tests/test_benchmarks.py). ``load`` is where a script picks the tiny pair or the real one
-named on its command line."""
+named on its command line; :func:`loaders` gives a script that loads more than one pair (other
+representations, transformers' forward) the loaders and kernel timings of one or the other."""
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,11 +19,14 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from benchmarks.common import ROOT
-from specdec.model.precision import Precision
+from specdec.model import calibration
+from specdec.model.precision import CALIBRATION_K, Precision, cpu_variants
 from specdec.weights.pairing import ModelPair
 
 V = 64          # real tokens; the models get padding rows beyond them, Qwen-style
 EOS = V - 1
+TARGET, DRAFT = "tiny-target", "tiny-draft"  # the benchmarks' tiny pair, by the names its loaders take
+NO_GGUF = "--tiny: the tiny random models have no GGUF for llama.cpp"
 
 
 def tokenizer(vocab: int = V) -> PreTrainedTokenizerFast:
@@ -57,11 +64,12 @@ def noisy_copy(m: Qwen2ForCausalLM, seed: int, noise: float) -> Qwen2ForCausalLM
 
 
 def lean(m: Qwen2ForCausalLM, precision: str = "float32", batch_invariant: bool = True, transposed: bool = False,
-         device: str = "cpu", **options):
-    """The same weights on specdec's lean Qwen2 forward, in a representation for ``device``;
-    ``options`` as :class:`~specdec.model.qwen2.LeanQwen2` takes them (static, pad_rows, graphs, complex_rope)."""
+         device: str = "cpu", kernel: str = "", **options):
+    """The same weights on specdec's lean Qwen2 forward, in a representation (and ``kernel``, "" for the
+    one preferred here) for ``device``; ``options`` as :class:`~specdec.model.qwen2.LeanQwen2` takes them
+    (static, pad_rows, graphs, complex_rope, head_rows)."""
     from specdec.model.qwen2 import LeanQwen2
-    make = Precision(precision, "test", transposed).layers(torch.device(device), batch_invariant).build
+    make = Precision(precision, "test", transposed, kernel).layers(torch.device(device), batch_invariant).build
     out = LeanQwen2(m.config, {k: v.detach().clone() for k, v in m.state_dict().items()}, make,
                     device=device, **options)
     out.generation_config = m.generation_config
@@ -70,8 +78,8 @@ def lean(m: Qwen2ForCausalLM, precision: str = "float32", batch_invariant: bool 
 
 def pair(target, draft=None, precision: Precision | None = None) -> ModelPair:
     """``target`` verified, ``draft`` (if any) drafting, with the word-level tokenizer."""
-    return ModelPair(target=target, tokenizer=tokenizer(), draft=draft, target_name="tiny-target",
-                     draft_name=None if draft is None else "tiny-draft",
+    return ModelPair(target=target, tokenizer=tokenizer(), draft=draft, target_name=TARGET,
+                     draft_name=None if draft is None else DRAFT,
                      **({"precision": precision, "draft_precision": precision} if precision else {}))
 
 
@@ -87,16 +95,96 @@ def repeating_prompt(seed: int, length: int = 12) -> list[int]:
     return half + half
 
 
-def benchmark_pair(seed: int = 0, noise: float = 0.3, lean_forward: bool = False) -> ModelPair:
-    """The benchmarks' tiny pair: wider and sharper than the tests' default models, so acceptance
-    varies with K and T; on specdec's lean forward (float32) with ``lean_forward``, as the tree
-    drafter needs."""
-    target = model(seed, hidden=64, scale=4.0, positions=512)
-    draft = noisy_copy(target, seed + 1, noise)
+@functools.cache
+def _originals() -> dict[str, Qwen2ForCausalLM]:
+    """The benchmarks' tiny pair by name: wider and sharper than the tests' default models, so
+    acceptance varies with K and T. Built once per process and never changed: whoever runs them gets
+    a copy or their weights repacked."""
+    target = model(0, rows=V + 16, hidden=64, scale=4.0, positions=512)  # rows: torch's int4 packs 16 at a time
+    return {TARGET: target, DRAFT: noisy_copy(target, 1, 0.3)}
+
+
+def benchmark_pair(lean_forward: bool = False) -> ModelPair:
+    """The benchmarks' tiny pair in float32, on transformers' forward, or on specdec's lean forward
+    with ``lean_forward``, as the tree drafter needs."""
+    target, draft = (copy.deepcopy(_originals()[name]) for name in (TARGET, DRAFT))
     if lean_forward:
         return pair(lean(target), lean(draft, batch_invariant=False),
                     Precision("float32", "tiny random models: the lean forward in float32"))
     return pair(target, draft, Precision("float32", "tiny random models: transformers' float32 forward"))
+
+
+def load_model(name: str, device: torch.device, precision: Precision, role: str, draft_vocab: int = 0):
+    """:func:`specdec.weights.loading.load_model` for the tiny pair's names: (model, tokenizer), the
+    weights in ``precision`` on the lean forward (the draft's output layer cut to ``draft_vocab`` ids as
+    the real loader cuts it), or for a ``transformers:`` name on transformers' forward with its linear
+    layers packed by the real loader's own last step."""
+    from specdec.weights.loading import TRANSFORMERS, _finish_transformers, draft_head_rows, lean_options
+    tok, original = tokenizer(), _originals()[name.removeprefix(TRANSFORMERS)]
+    if name.startswith(TRANSFORMERS):
+        return _finish_transformers(copy.deepcopy(original), tok, name, device, precision, role)
+    rows = draft_head_rows(tok, draft_vocab) if role == "draft" else None
+    return lean(original, precision.name, role == "target", precision.transposed, device.type, precision.kernel,
+                head_rows=rows, **lean_options(device, role)), tok
+
+
+def _variant(name: str | None) -> Precision:
+    """The tiny pair's representation: a name's first variant here (:func:`~specdec.model.precision.cpu_variants`'
+    order, the kernel preferred at equal speed); ``auto`` is int8's (float32 where there is none), not
+    timed: a choice between layers this small would follow the noise, and int8 in specdec's kernels is
+    what the real pair's calibration picks and what runs each layer as one call."""
+    auto = name in (None, "auto")
+    variants = [v for v in cpu_variants() if v.name == ("int8" if auto else name)] or [Precision("float32", "")]
+    why = "int8's first kernel here, not timed" if auto else "requested"
+    return Precision.from_label(variants[0].label, f"{variants[0].label}: {why} (tiny random models)")
+
+
+def load_pair(target: str = TARGET, draft: str | None = DRAFT, device: str | None = None, precision: str | None = None,
+              draft_vocab: int = 0, draft_precision: str | None = "auto") -> ModelPair:
+    """:func:`specdec.weights.loading.load_pair` for the tiny pair's names (see :func:`_variant` for
+    ``auto``); a fresh pair each call."""
+    dev = torch.device(device or "cpu")
+    prec, dprec = _variant(precision), _variant(draft_precision) if draft else None
+    target_model, tok = load_model(target, dev, prec, "target")
+    draft_model = load_model(draft, dev, dprec, "draft", draft_vocab)[0] if draft else None
+    return ModelPair(target_model, tok, draft_model, target, draft, 0, dev, prec, dprec)
+
+
+def timings() -> dict[str, list[float]]:
+    """:func:`specdec.model.precision.cpu_timings` at the tiny verifier's MLP up-projection: the same
+    calibration on a layer this size, measured afresh (milliseconds) and never cached."""
+    cfg = _originals()[TARGET].config
+    return calibration.calibrate(cpu_variants(), CALIBRATION_K, (cfg.intermediate_size, cfg.hidden_size))["timings_ms"]
+
+
+@dataclass(frozen=True)
+class Loaders:
+    """Where a benchmark's models and this machine's kernel timings come from, with the signatures of
+    :func:`specdec.weights.loading.load_pair`, :func:`~specdec.weights.loading.load_model` and
+    :func:`specdec.model.precision.cpu_timings`."""
+
+    load_pair: Callable[..., ModelPair]
+    load_model: Callable[..., tuple]
+    timings: Callable[[], dict[str, list[float]]]
+
+
+def loaders(tiny: bool) -> Loaders:
+    """specdec's loaders and calibration, or under ``--tiny`` the tiny pair's (above)."""
+    if tiny:
+        return Loaders(load_pair, load_model, timings)
+    from specdec.model.precision import cpu_timings
+    from specdec.weights import loading
+    return Loaders(loading.load_pair, loading.load_model, cpu_timings)
+
+
+def prompt_texts(tiny: bool, *groups: list[str]) -> tuple[list[str], ...]:
+    """The prompts a script decodes as text, by group: as given, or under ``--tiny`` as many in the
+    tiny vocabulary (no chat template: encoded as they are), distinct across groups, each repeating
+    its first half so that prompt lookup finds matches."""
+    if not tiny:
+        return groups
+    seeds = iter(range(sum(map(len, groups))))
+    return tuple([" ".join(f"w{i}" for i in repeating_prompt(next(seeds))) for _ in group] for group in groups)
 
 
 def load(args, texts: list[str]) -> tuple[ModelPair, list[tuple[str, list[int]]]]:

@@ -21,19 +21,21 @@ from benchmarks import (
     runtime_compare,
     sweep,
     throughput,
+    tiny_pair,
     trees,
 )
 from benchmarks.chromium import find_chromium
 from benchmarks.common import ROOT, cpu_label, machine_slug
+from specdec.model.precision import cpu_variants
 from specdec.model.timing import ESTIMATOR
 
 # a tiny model's forward takes about a millisecond: a second thread costs more than it saves
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def run_script(module, tmp_path) -> dict:
+def run_script(module, tmp_path, *flags: str) -> dict:
     out = tmp_path / "x.json"
-    assert module.main(["--tiny", "--quick", "--out", str(out)]) == 0
+    assert module.main(["--tiny", "--quick", *flags, "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     for key in ("hardware", "commit", "precision", "versions"):
         assert data[key], key
@@ -90,8 +92,8 @@ def test_trees_sweep_compares_each_shape_with_the_chain_and_predicts_a_default(t
     assert "speed-up vs chain" in text and "best predicted shape" in text
 
 
-def test_profile_accounts_for_wall_time_and_fits_the_forward_cost(tmp_path):
-    data = run_script(profile, tmp_path)
+def test_profile_accounts_for_wall_time_and_fits_the_forward_cost_of_each_kernel(tmp_path):
+    data = run_script(profile, tmp_path, "--kernels")
     assert set(data["runs"]) == set(profile.DRAFTERS)
     for r in data["runs"].values():
         assert sum(r["phase_s"].values()) == pytest.approx(r["wall_s"])
@@ -108,11 +110,21 @@ def test_profile_accounts_for_wall_time_and_fits_the_forward_cost(tmp_path):
         assert len(f["ms"]) == len(lengths)
         r = data["roofline"][role]
         assert r["weight_bytes"] > 0 and r["weights"] > 0 and r["precision"] == data["precision"]
-        assert len(r["bandwidth_gb_s"]) == 2 and set(r["rows"]) == set(r["gmac_s"]) == {"1", "7"}
+        assert len(r["bandwidth_gb_s"]) == 3 and set(r["rows"]) == set(r["gmac_s"]) == {"1", "7"}  # a probe after each fit
         for n, x in r["rows"].items():  # the definition, on whatever this run measured
             assert x["memory_ms"] == pytest.approx(r["weight_bytes"] / max(r["bandwidth_gb_s"]) / 1e6)
             assert x["bound_ms"] == max(x["memory_ms"], x["compute_ms"] or 0)
             assert x["measured_ms"] == f["ms"][lengths.index(int(n))] and x["ratio"] == x["measured_ms"] / x["bound_ms"]
+    # --kernels: every integer variant here fitted for both models, or left out and named
+    kernels, integer = data["kernels"], {v.label for v in cpu_variants() if v.name in ("int8", "int4")}
+    for role in ("verifier", "draft"):
+        assert set(kernels[role]) | set(kernels["left out"]) == integer and set(kernels[role])
+        for f in kernels[role].values():
+            assert f["lengths"] == lengths and len(f["ms"]) == len(lengths) and f["weight_bytes"] > 0
+            assert math.isfinite(f["a_ms"]) and math.isfinite(f["b_ms_per_token"]) and f["r2"] <= 1
+    text = profile.render(data)
+    assert "Per kernel variant" in text
+    assert all(f"| {role}, {label} | " in text for role in ("verifier", "draft") for label in kernels[role])
 
 
 def test_draft_bits_measures_acceptance_per_bit_width_and_predicts_from_the_bytes(tmp_path):
@@ -150,6 +162,90 @@ def test_fit_recovers_a_line_and_tolerates_flat_timings():
     assert f["verify_vs_decode_k6"] == pytest.approx((2.0 + 0.5 * 7) / 2.5)
     flat = profile.fit(lengths, [1.0] * len(lengths), k=6)
     assert (flat["a_ms"], flat["b_ms_per_token"], flat["r2"]) == pytest.approx((1.0, 0.0, 1.0), abs=1e-9)
+
+
+def test_throughput_writes_every_method_group_and_headline_the_report_reads(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))  # the adaptive run times this machine's costs once
+    data = run_script(throughput, tmp_path)
+    s, n = data["settings"], data["settings"]["max_new_tokens"]
+    assert (len(s["code_prompts"]), len(s["prose_prompts"])) == (2, 1) and s["transformers_prompts"] == s["code_prompts"]
+    assert len(set(s["code_prompts"] + s["prose_prompts"])) == 3  # the runs are told apart by their prompt
+    for key in ("llama_cpp", "llama_cpp_speculative", "peak_memory"):
+        assert data[key].startswith("--tiny: ")  # not measured, and why
+    assert data["fidelity"]["not measured"].startswith("--tiny: ")
+
+    ours = [throughput.VERIFIER_ONLY, throughput.SPECULATIVE, throughput.ADAPTIVE, "speculative, prompt lookup (ours)",
+            "speculative, hybrid: lookup, else model (ours)"]
+    sampled = ["verifier only, T=0.7 top-p 0.95 (ours)", "speculative, T=0.7 top-p 0.95 (ours)"]
+    hf = ["transformers greedy", "transformers assisted (its defaults)"]
+    fastest = [m for m in dict.fromkeys(r["method"] for r in data["runs"]) if m.endswith("(the fastest verifier-only here)")]
+    # the verifier alone in the representation fastest at one row, where that is not the pair's own
+    assert len(fastest) <= 1 and f"verifier only, {data['precision']} (the fastest verifier-only here)" not in fastest
+    assert data["fastest_verifier_only"] in [throughput.VERIFIER_ONLY] + fastest
+    prompts = {m: s["code_prompts"] + s["prose_prompts"] for m in ours + fastest}
+    prompts |= {m: s["code_prompts"] for m in sampled} | {m: s["transformers_prompts"] for m in hf}
+    assert sorted((r["method"], r["prompt"]) for r in data["runs"]) == sorted((m, p) for m, ps in prompts.items() for p in ps)
+    for r in data["runs"]:
+        assert 1 <= r["tokens"] <= n and len(r["token_ids"]) == r["tokens"] and r["tok_s"] > 0
+        if r["method"] in ours[1:] + sampled[1:]:
+            assert 0 <= r["acceptance"] <= 1 and 1 <= r["tokens_per_round"] <= s["k"] + 1
+            assert 0 <= r["overhead_share"] <= 1 and (r["draft_vs_verify"] is None or r["draft_vs_verify"] > 0)
+
+    summary = data["summary"]
+    assert list(summary) == ["code", "prose", throughput.SAMPLED_GROUP]
+    assert set(summary["code"]) == set(ours + fastest + hf) and set(summary["prose"]) == set(ours + fastest)
+    assert set(summary[throughput.SAMPLED_GROUP]) == set(sampled)
+    for group in ("code", "prose"):  # greedy speculation is lossless: the verifier's very tokens
+        assert all(summary[group][m]["identical_to_base"] for m in ours)
+    for group in summary.values():
+        assert all(e["speedup_geomean"] > 0 for e in group.values())
+    headline = data["headline"]
+    assert headline["peak resident memory, default run (GiB)"] is None
+    assert 0 <= headline["time outside model forwards, speculative"] <= 1
+    assert all(v > 0 for k, v in headline.items() if k.startswith(("speculative vs", "adaptive K vs", "draft / verify")))
+    assert any(k.startswith("speculative vs best transformers assisted") for k in headline)
+    assert not any("llama.cpp" in k for k in headline)
+    text = throughput.render(data)
+    assert "llama.cpp: --tiny: " in text and f"| {throughput.ADAPTIVE} | " in text
+    table = throughput.render_headline([data])
+    assert "| greedy output = verifier-only's, code and prose | yes |" in table
+    assert "| peak memory, default run | – GiB |" in table
+    assert "| speculative vs llama.cpp greedy | not measured |" in table
+
+
+def test_levers_time_each_draft_variant_and_the_one_call_layer_against_op_by_op(tmp_path):
+    data = run_script(levers, tmp_path)
+    default, verifier = data["draft_precision"], data["precision"]
+    variants = [v.label + (" (default)" if v.label == default else "") for v in cpu_variants() if not v.transposed]
+    drafts = variants + [f"{default}, output layer cut to {levers.TINY_CUT} ids", f"{default}, batch-invariant (as a verifier)"]
+    # the op-by-op twin of a model whose layers run as one call (specdec's kernels): {its row: its name where not measured}
+    twins = {f"draft, lean forward, {default}, each layer op by op (not one call)":
+             f"draft, {default}, each layer op by op",
+             f"verifier, lean forward, {verifier}, each layer op by op": f"verifier, {verifier}, each layer op by op"}
+    one_call = verifier.endswith(" specdec")
+    assert verifier == default and one_call == tiny_pair.load_pair().target.one_call
+    expected = {f"draft, lean forward, {label}" for label in drafts}
+    expected |= {f"verifier, lean forward, {verifier}, each layer one call (default)"} if one_call else set()
+    assert set(data["draft_forward_ms"]) == expected | (set(twins) if one_call else set())
+    assert data["not_measured"] == ({} if one_call else {name: levers.NO_ONE_CALL for name in twins.values()})
+    assert all(set(ms) == {"1", "7"} and min(ms.values()) > 0 for ms in data["draft_forward_ms"].values())
+    assert data["forward_ms"] == {} and data["compile"] is None  # --quick; no --compile
+
+    st = data["end_to_end_settings"]
+    assert len(st["prompts"]) == 2 and st["temperature"] == 0.0
+    e2e = data["end_to_end"]
+    decoded = {f"draft {label}" for label in drafts[:-1] if not label.startswith("float32")}  # not the batch-invariant
+    decoded |= {f"draft {default}, each layer op by op (not one call)"} if one_call else set()
+    assert set(e2e) == {"verifier only", "hybrid drafter (lookup, else the default draft)",
+                        "default draft, q and confidence per token at T = 0 (no fast path)"} | decoded
+    assert e2e["verifier only"]["acceptance"] is None and e2e["verifier only"]["tokens_per_round"] == 1
+    for label, e in e2e.items():
+        assert e["identical_to_verifier_only"], label  # greedy speculation is lossless, whatever drafts
+        assert e["tok_s"] > 0 and 1 <= e["tokens_per_round"] <= st["k"] + 1
+        assert e["acceptance"] is None or 0 <= e["acceptance"] <= 1
+    text = levers.render(data)
+    assert all(f"| {name} | {ms['1']:.1f} | {ms['7']:.1f} |" in text for name, ms in data["draft_forward_ms"].items())
+    assert all(f"| {name} | {e['tok_s']:.2f} |" in text for name, e in e2e.items())
 
 
 def test_runtime_compare_records_why_llama_cpp_is_absent_and_still_measures_ours(tmp_path):

@@ -97,10 +97,10 @@ def _quietly():
         yield
 
 
-def calibrate(variants: list, k: int) -> dict:
-    """The verifier's table: ms of one verifier-sized layer at 1 and K+1 rows, per variant
-    (:class:`specdec.model.precision.Precision`), batch-invariant as the verifier must be."""
-    weight = torch.randn(*CALIBRATION_SHAPE) * 0.02
+def calibrate(variants: list, k: int, shape: tuple[int, int] = CALIBRATION_SHAPE) -> dict:
+    """The verifier's table: ms of one verifier-sized layer (``shape``, (out, in)) at 1 and K+1 rows,
+    per variant (:class:`specdec.model.precision.Precision`), batch-invariant as the verifier must be."""
+    weight = torch.randn(*shape) * 0.02
     with _quietly():
         return measure({v.label: v.layers(CPU).build(weight, None) for v in variants}, [1, k + 1])
 
