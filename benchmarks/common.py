@@ -14,17 +14,20 @@ from pathlib import Path
 import torch
 import transformers
 
+from specdec.model import native
 from specdec.model.precision import cpu_description, cpuinfo
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def environment(pair) -> dict:
-    """The machine (:func:`machine`) and the precisions the loaded ``pair`` runs in."""
+    """The machine (:func:`machine`), the precisions the loaded ``pair`` runs in and, on a CPU with
+    specdec's kernels, their prefetch setting."""
     return {**machine(pair.device),
             "precision": pair.precision.label, "precision_reason": pair.precision.reason,
             "draft_precision": pair.draft_precision.label if pair.draft_precision else None,
-            "draft_precision_reason": pair.draft_precision.reason if pair.draft_precision else None}
+            "draft_precision_reason": pair.draft_precision.reason if pair.draft_precision else None,
+            "specdec_prefetch": native.prefetch().label if pair.device.type == "cpu" and native.available() else None}
 
 
 def machine(device: torch.device) -> dict:

@@ -7,10 +7,14 @@ forward, the **median** of each is kept with its spread (min and max), and a var
 magnitude slower than the fastest after ``WARM_REPS`` reps is not timed further (a reference path
 can take seconds a call). :func:`specdec.model.precision.pick` then wants a margin before preferring
 one variant over another. The table is cached per CPU model, flags, torch version and shapes.
+
+The same measurement then times specdec's prefetch settings (:data:`specdec.model.native.PREFETCH_CANDIDATES`)
+on the verifier's kernel where it is specdec's: one layer (and its copies) under each setting in turn.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import statistics
@@ -20,10 +24,11 @@ from pathlib import Path
 
 import torch
 
+from specdec.model import native
 from specdec.model.kernels import PackedLinear
 from specdec.options import cache_root
 
-CALIBRATION_VERSION = 7  # bump when the variants or the measurement change: older caches are ignored
+CALIBRATION_VERSION = 8  # bump when the variants or the measurement change: older caches are ignored
 CALIBRATION_SHAPE = (8960, 1536)  # (out, in) of the verifier's MLP up-projection
 REPS = 15
 WARM_REPS = 2       # reps before a variant SKIP_FACTOR x slower than the fastest is dropped
@@ -58,10 +63,14 @@ def _ring(layer: PackedLinear) -> list[PackedLinear]:
     return [layer] + [layer.clone() for _ in range(copies - 1)]
 
 
-def measure(layers: dict[str, PackedLinear], rows: list[int], reps: int = REPS) -> dict:
+def measure(layers: dict[str, PackedLinear], rows: list[int], reps: int = REPS, setups: dict | None = None) -> dict:
     """ms of one call of each layer at each row count: ``timings_ms`` {label: [median per row
-    count]}, ``spread_ms`` {label: [[min, max] per row count]}, ``skipped`` {label: why}."""
-    rings = {label: _ring(layer) for label, layer in layers.items()}
+    count]}, ``spread_ms`` {label: [[min, max] per row count]}, ``skipped`` {label: why}.
+    ``setups`` {label: function}: called, untimed, before each of that label's turns; labels may
+    then share one layer (and its copies) under different settings."""
+    distinct = {id(layer): layer for layer in layers.values()}
+    copies = {key: _ring(layer) for key, layer in distinct.items()}
+    rings = {label: copies[id(layer)] for label, layer in layers.items()}
     inputs = {r: torch.randn(r, next(iter(layers.values())).in_features) for r in rows}
     samples: dict[str, list[list[float]]] = {label: [[] for _ in rows] for label in layers}
     skipped: dict[str, str] = {}
@@ -70,6 +79,8 @@ def measure(layers: dict[str, PackedLinear], rows: list[int], reps: int = REPS) 
         for label, ring in rings.items():
             if label in skipped:
                 continue
+            if setups:
+                setups[label]()
             for i, r in enumerate(rows):
                 calls += 1  # every call on the next copy: none finds its weights in cache
                 t0 = time.perf_counter()
@@ -103,6 +114,20 @@ def calibrate(variants: list, k: int, shape: tuple[int, int] = CALIBRATION_SHAPE
     weight = torch.randn(*shape) * 0.02
     with _quietly():
         return measure({v.label: v.layers(CPU).build(weight, None) for v in variants}, [1, k + 1])
+
+
+def calibrate_prefetch(variant, k: int) -> dict:
+    """The prefetch settings' table: ms of the verifier's layer in ``variant`` (specdec's int8 or
+    int4) at 1 and K+1 rows under each of :data:`specdec.model.native.PREFETCH_CANDIDATES`; the
+    library's setting is left as it was."""
+    layer = variant.layers(CPU).build(torch.randn(*CALIBRATION_SHAPE) * 0.02, None)
+    candidates = native.PREFETCH_CANDIDATES
+    before = native.prefetch()
+    try:
+        return measure({p.label: layer for p in candidates}, [1, k + 1],
+                       setups={p.label: functools.partial(native.set_prefetch, p) for p in candidates})
+    finally:
+        native.set_prefetch(before)
 
 
 def calibrate_draft(variants: list, shapes: dict) -> dict:

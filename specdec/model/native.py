@@ -17,11 +17,17 @@ The library is compiled by the package's build (``pip install --no-build-isolati
 :func:`status` says why, and the precision choice falls back to torch's kernels. :func:`disabled`
 switches it off for a while on a machine that has it, so that those fallbacks (torch's linears, the
 lean forward's own attention) are tested everywhere (``tests/model/test_fallback.py``).
+
+On x86 the kernels prefetch the weights ahead of the one being read: how far and with which hint
+(:class:`Prefetch`) is one setting of the library for the process, timed per machine by the
+calibration and set when a pair is loaded. It changes when bytes arrive, never the results.
 """
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -92,6 +98,64 @@ def isas() -> list[int]:
 
 def best_isa() -> int:
     return max(isas())
+
+
+class Hint(enum.IntEnum):
+    """_mm_prefetch's hints, numbered as the library takes them."""
+
+    T0 = 0   # into every cache level
+    T1 = 1   # into L2 and the levels beyond it
+    NTA = 2  # non-temporal: near the core, kept out of the outer caches where the CPU can
+
+
+MAX_PREFETCH = 1 << 20  # bytes: the library refuses more
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """How far ahead of the weight being read the x86 kernels prefetch (bytes; 0: no software
+    prefetch), and with which hint."""
+
+    distance: int
+    hint: Hint = Hint.T0
+
+    def __post_init__(self):
+        if not (isinstance(self.distance, int) and 0 <= self.distance <= MAX_PREFETCH):
+            raise ValueError(f"Prefetch.distance must be an integer in 0..{MAX_PREFETCH} bytes (got {self.distance!r})")
+        try:
+            object.__setattr__(self, "hint", Hint(self.hint))  # a plain number too, as the library reports it
+        except ValueError:
+            raise ValueError(f"Prefetch.hint must be one of {', '.join(Hint.__members__)} (got {self.hint!r})") from None
+
+    @property
+    def label(self) -> str:
+        """As calibration tables and reasons name it: "4096 B T0", or "off"."""
+        return f"{self.distance} B {self.hint.name}" if self.distance else "off"
+
+    @classmethod
+    def from_label(cls, label: str) -> Prefetch:
+        if label == "off":
+            return cls(0)
+        distance, _, hint = label.split()
+        return cls(int(distance), Hint[hint])
+
+
+DEFAULT_PREFETCH = Prefetch(4096, Hint.T0)  # the library's own until set (qlinear.cpp)
+# What the calibration times: none, and each distance with the hint that keeps the weights in
+# every cache level or (NTA) out of the outer ones, since a forward reads each weight once.
+PREFETCH_CANDIDATES = [Prefetch(0)] + [Prefetch(d, h) for d in (1024, 2048, 4096, 8192) for h in (Hint.T0, Hint.NTA)]
+
+
+def set_prefetch(setting: Prefetch) -> None:
+    """Every later call of the kernels, from any thread, prefetches so (x86; elsewhere it is kept
+    and does nothing)."""
+    ops().set_prefetch(setting.distance, int(setting.hint))
+
+
+def prefetch() -> Prefetch:
+    """The library's setting now."""
+    distance, hint = ops().prefetch()
+    return Prefetch(int(distance), int(hint))
 
 
 def vector_attention(head_dim: int) -> bool:

@@ -13,7 +13,11 @@ kernels within a margin of it:
   plus K+1 rows (one verification), batch-invariant as the verifier must be;
 * **the draft** on its own shapes at 1 row (it decodes one token at a time and needs no batch
   invariance): one layer's four matmuls times its layer count, plus its output layer, which is a
-  quarter of its weights.
+  quarter of its weights;
+* **specdec's prefetch setting** (how far ahead its x86 kernels prefetch weights, and how), where the
+  verifier runs on specdec's kernels: a few settings on that kernel at the verifier's 1 and K+1 rows,
+  the library's default kept within the margin of the fastest. It is one setting of the library,
+  so the verifier's choice carries it (``Precision.prefetch``) and loading sets it.
 
 GPUs take their native half precision (bf16 on CUDA where the GPU has it, else fp16; fp16 on
 MPS); float32, the other half precision and int8 weight-only (where the torch build has a
@@ -56,6 +60,7 @@ class Precision:
     transposed: bool = False       # float32 only: compute small-row matmuls as (W @ x^T)^T
     kernel: str = ""               # int8: "specdec", "onednn" or "fbgemm"; int4: "specdec" or "torch";
                                    # "" is the first of those available here
+    prefetch: native.Prefetch | None = None  # specdec's kernels' setting timed with this choice; None: not timed
 
     @property
     def label(self) -> str:
@@ -225,6 +230,13 @@ def cpu_timings() -> dict[str, list[float]]:
                               lambda: calibration.calibrate(cpu_variants(), CALIBRATION_K))
 
 
+def prefetch_timings(variant: Precision) -> dict[str, list[float]]:
+    """The prefetch settings' table on ``variant``, specdec's int8 or int4
+    (:func:`specdec.model.calibration.calibrate_prefetch`), cached as the verifier's is."""
+    return calibration.cached(["prefetch", variant.label, CALIBRATION_K], cpu_description(),
+                              lambda: calibration.calibrate_prefetch(variant, CALIBRATION_K))
+
+
 def draft_timings(shapes: dict) -> dict[str, list[float]]:
     """The draft's table, cached per CPU model, flags, torch version and draft shapes."""
     return calibration.cached(["draft", shapes], cpu_description(),
@@ -240,11 +252,15 @@ def _listing(costs: dict[str, float]) -> str:
 MARGIN = 0.05
 
 
-def _winner(costs: dict[str, float]) -> tuple[str, str]:
-    """The variant to take, and how it compares: the fastest, or a preferred one within MARGIN of it."""
+def _specdecs(label: str) -> bool:
+    return label.endswith(" specdec")
+
+
+def _winner(costs: dict[str, float], preferred=_specdecs) -> tuple[str, str]:
+    """The label to take, and how it compares: the fastest, or a ``preferred`` one within MARGIN of it."""
     fastest = min(costs, key=costs.get)
     near = [n for n, c in costs.items() if c <= costs[fastest] * (1 + MARGIN)]
-    best = min(near, key=lambda n: (not n.endswith(" specdec"), costs[n]))
+    best = min(near, key=lambda n: (not preferred(n), costs[n]))
     how = "fastest here" if best == fastest else f"within {MARGIN:.0%} of the fastest ({fastest}) and preferred"
     if best.endswith(" fbgemm") or best == "float16":
         how += " (on torch's deprecated quantized engine, kept only where it is measured fastest)"
@@ -258,6 +274,23 @@ def pick(timings: dict[str, list[float]], k: int, cpu_model: str, allowed: list[
     shape = calibration.CALIBRATION_SHAPE
     reason = f"{best}: {how} at 1 + {k + 1} rows (ms per {shape[1]}x{shape[0]} layer: {_listing(costs)}) on {cpu_model}"
     return Precision.from_label(best, reason)
+
+
+def pick_prefetch(timings: dict[str, list[float]], k: int) -> tuple[native.Prefetch, str]:
+    """The prefetch setting with the lowest cost at 1 row plus K+1 rows, the library's default
+    preferred within MARGIN of it (settings differ by a few percent: noise must not flip it)."""
+    costs = {n: sum(t) for n, t in timings.items()}
+    best, how = _winner(costs, preferred=lambda n: n == native.DEFAULT_PREFETCH.label)
+    return native.Prefetch.from_label(best), f"prefetch {best}: {how} at 1 + {k + 1} rows (ms: {_listing(costs)})"
+
+
+def with_prefetch(chosen: Precision) -> Precision:
+    """``chosen`` with its prefetch setting timed (and said in its reason) where it runs on
+    specdec's kernels; as it is elsewhere."""
+    if chosen.cpu_kernel != "specdec":
+        return chosen
+    setting, why = pick_prefetch(prefetch_timings(replace(chosen, kernel="specdec")), CALIBRATION_K)
+    return replace(chosen, prefetch=setting, reason=f"{chosen.reason}; {why}")
 
 
 def pick_draft(timings: dict[str, list[float]], layers: int, cpu_model: str,
@@ -318,7 +351,7 @@ def choose(device: torch.device, requested: str | None = "auto") -> Precision:
     if device.type != "cpu":
         return _gpu(device, requested, "precision")
     chosen = pick(cpu_timings(), CALIBRATION_K, cpu_description()["model"], None if requested == "auto" else [requested])
-    return chosen if requested == "auto" else replace(chosen, reason=f"{chosen.label}: requested")
+    return with_prefetch(chosen if requested == "auto" else replace(chosen, reason=f"{chosen.label}: requested"))
 
 
 def choose_draft(device: torch.device, requested: str | None, config) -> Precision:

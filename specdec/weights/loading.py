@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.model import qwen2
+from specdec.model import native, qwen2
 from specdec.model.devices import resolve_device
 from specdec.model.precision import Layers, Precision, choose, choose_draft
 from specdec.options import ConfigError
@@ -238,7 +238,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, d
     ``precision`` (the verifier's) and ``draft_precision`` are ``auto`` (measured per machine and
     per model, see :mod:`specdec.model.precision`) or a name; ``draft_vocab`` > 0 lets a lean draft
     score only that many ids (0: all). Loading does not depend on the decoding settings: one pair
-    serves every K."""
+    serves every K. On a CPU it sets specdec's kernels' prefetch to the one timed with the
+    verifier's choice (the library's default where there is none)."""
     dev = resolve_device(device)
     check_source(target, "target")  # a name that can load nothing, said before minutes of kernel timing
     if draft:
@@ -250,6 +251,8 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = DEFAULT_DRAFT, d
         raise ConfigError(f"draft_vocab must be an integer >= 0, 0 for the full vocabulary (got {draft_vocab!r})")
     sub = (lambda lo, hi: (lambda f, m: progress(lo + (hi - lo) * f, m))) if progress else (lambda lo, hi: None)
     dprec = choose_draft(dev, draft_precision, model_config(draft, sub(0.5, 0.6))) if draft else None
+    if dev.type == "cpu" and native.available():  # one setting for every call of the library: the verifier's
+        native.set_prefetch(prec.prefetch or native.DEFAULT_PREFETCH)
     key = (target, draft, str(dev), prec.label, dprec and dprec.label, draft_vocab)
     with _PAIRS_LOCK:
         if key in _PAIRS:

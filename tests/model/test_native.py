@@ -2,8 +2,11 @@
 reference, bitwise batch-invariant at 1..16 rows, the same bits on every instruction-set path this
 CPU runs, loaded from a mapped file exactly as packed, and the fallback where they are not built;
 its attention op against torch's; a whole decoder layer in one call bitwise the op-by-op layer. (The
-fused prologues and epilogues: test_fused_kernels.py.)"""
+fused prologues and epilogues: test_fused_kernels.py.) The prefetch setting round-trips, and the
+results are the same bits whatever it is."""
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -96,6 +99,60 @@ def test_state_round_trips_and_a_mapped_file_runs_as_packed(kind, tmp_path):
     assert all(again.state()[k].data_ptr() == state[k].data_ptr() for k in state if k != "shape")  # the file's pages
     assert torch.equal(again(x), layer(x))
     assert torch.equal(LAYERS[kind].from_state(layer.state(), b)(x), layer(x))
+
+
+@pytest.fixture
+def prefetch_restored():
+    yield
+    native.set_prefetch(native.DEFAULT_PREFETCH)
+
+
+SETTINGS = [*native.PREFETCH_CANDIDATES, native.Prefetch(512, native.Hint.T1),
+            native.Prefetch(native.MAX_PREFETCH, native.Hint.NTA), native.DEFAULT_PREFETCH]
+
+
+def test_the_prefetch_setting_round_trips_and_a_bad_one_is_refused(prefetch_restored):
+    for setting in SETTINGS:
+        native.set_prefetch(setting)
+        assert native.prefetch() == setting and native.Prefetch.from_label(setting.label) == setting
+    with pytest.raises(RuntimeError, match="outside 0"):
+        native.ops().set_prefetch(native.MAX_PREFETCH + 1, 0)
+    with pytest.raises(RuntimeError, match="is none of"):
+        native.ops().set_prefetch(64, 3)
+    assert native.prefetch() == SETTINGS[-1]                                # a refused setting changes nothing
+    with pytest.raises(ValueError, match="Prefetch.distance must be"):
+        native.Prefetch(-64)
+    with pytest.raises(ValueError, match="Prefetch.hint must be one of T0, T1, NTA"):
+        native.Prefetch(64, 3)
+
+
+def test_a_fresh_library_starts_at_the_default():
+    """What a caller of the ops gets before anything sets it (qlinear.cpp's initial value)."""
+    code = "from specdec.model import native; print(native.prefetch().label)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == native.DEFAULT_PREFETCH.label
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_the_results_are_the_same_bits_whatever_the_prefetch(kind, prefetch_restored):
+    """On every path at 1, 5 and 19 rows (whole row tiles and a remainder on each), and a model whose
+    layers each run in one call (decoder_layer): weights long enough that every distance prefetches,
+    and stops before their end."""
+    from helpers import tiny
+
+    from specdec.model.lm import CachedLM
+    w, b, x = _case(160, 1536, rows=19)
+    layers = [LAYERS[kind].from_weight(w, b, isa=isa) for isa in native.isas()]
+    lean = tiny.lean(tiny.model(5, scale=4, hidden=256), kind)
+    assert lean.one_call
+    outs = {}
+    for setting in SETTINGS:
+        native.set_prefetch(setting)
+        lm = CachedLM(lean, tiny.V)
+        outs[setting] = ([layer(x[:rows]) for layer in layers for rows in (1, 5, 19)]
+                         + [lm.forward(tiny.prompt_ids(12), keep=1), lm.forward(tiny.prompt_ids(5, seed=1), keep=5)])
+    for setting, got in outs.items():
+        assert all(map(torch.equal, got, outs[native.DEFAULT_PREFETCH])), setting
 
 
 def test_packing_round_trips():

@@ -1,10 +1,11 @@
-"""The per-machine choice of representation, with capabilities and timings faked."""
+"""The per-machine choice of representation, with capabilities and timings faked; and of specdec's
+kernels' prefetch setting, applied to the library when a pair loads."""
 import json
 
 import pytest
 import torch
 
-from specdec.model import calibration
+from specdec.model import calibration, native
 from specdec.model import precision as P
 from specdec.options import ConfigError, DecodeConfig
 
@@ -240,3 +241,120 @@ def test_timing_is_interleaved_robust_and_skips_a_reference_path(monkeypatch):
     assert out["spread_ms"]["a"][0] == pytest.approx([1.0, 3.0])    # the outlier is in the spread, not the median
     assert "slow" in out["skipped"] and calls.count("slow") == 1 + calibration.WARM_REPS
     assert calls.count("a") == 10
+
+
+PREFETCH_TABLES = {  # ms at 1 and K+1 rows per setting, as calibrate_prefetch measures them
+    "clear": {"off": [1.20, 2.40], "2048 B NTA": [0.80, 1.50], "4096 B T0": [1.00, 2.00], "8192 B T0": [0.95, 1.90]},
+    "close": {"off": [1.20, 2.40], "2048 B NTA": [0.98, 1.95], "4096 B T0": [1.00, 2.00]},
+    "off": {"off": [0.70, 1.40], "1024 B T0": [1.00, 2.00], "4096 B T0": [1.00, 2.00]},
+}
+
+
+@pytest.mark.parametrize("case, expected, how", [
+    ("clear", native.Prefetch(2048, native.Hint.NTA), "fastest here"),
+    ("close", native.DEFAULT_PREFETCH, "within 5% of the fastest (2048 B NTA) and preferred"),  # 2.93 against 3.0
+    ("off", native.Prefetch(0), "fastest here"),
+])
+def test_the_prefetch_is_the_fastest_at_1_and_k_plus_1_rows_the_default_within_the_margin(case, expected, how):
+    setting, why = P.pick_prefetch(PREFETCH_TABLES[case], 6)
+    assert setting == expected and why.startswith(f"prefetch {expected.label}: {how} at 1 + 7 rows (ms: ")
+
+
+@pytest.fixture
+def prefetch_timed(cache, monkeypatch):
+    """The verifier's table and the prefetch table faked; the variants each prefetch table was timed on."""
+    timed = []
+    monkeypatch.setattr(calibration, "calibrate", lambda variants, k: table(
+        {"float32": [5.0, 5.0], "int8 specdec": [1.0, 2.0], "int4 specdec": [0.9, 1.9], "int8 onednn": [0.5, 1.0]}))
+    monkeypatch.setattr(calibration, "calibrate_prefetch",
+                        lambda variant, k: timed.append(variant.label) or table(PREFETCH_TABLES["clear"]))
+    return timed
+
+
+def test_the_prefetch_is_timed_on_the_verifiers_kernel_where_it_is_specdecs_and_cached(prefetch_timed):
+    cpu = torch.device("cpu")
+    assert P.choose(cpu, "auto").prefetch is None                  # oneDNN's int8: nothing of specdec's to tune
+    chosen = P.choose(cpu, "int4")
+    assert chosen.prefetch == native.Prefetch(2048, native.Hint.NTA)
+    assert chosen.reason == "int4 specdec: requested; prefetch 2048 B NTA: fastest here at 1 + 7 rows (ms: " \
+                            "2048 B NTA 2.30, 8192 B T0 2.85, 4096 B T0 3.00, off 3.60)"
+    assert P.choose(cpu, "int4").prefetch == chosen.prefetch
+    assert prefetch_timed == ["int4 specdec"]                      # timed once, then read from the cache
+    assert P.choose(cpu, "int8").prefetch is None and P.choose(cpu, "float32").prefetch is None
+
+
+def test_without_the_library_no_prefetch_is_timed(prefetch_timed):
+    with native.disabled():
+        assert P.with_prefetch(P.Precision("int8", "")).prefetch is None        # fbgemm's int8 here
+    assert prefetch_timed == []
+
+
+def test_prefetch_settings_are_timed_interleaved_on_one_layer_and_the_setting_restored(monkeypatch):
+    """Each setting is set (untimed) before its turn, on one layer and its copies (not a ring per
+    setting), and the library's setting is as it was after."""
+    from specdec.model.kernels import PackedLinear
+    setting = [native.Prefetch(512, native.Hint.T1)]
+    copies, calls = [], []
+
+    class Fake(PackedLinear):
+        @classmethod
+        def from_weight(cls, weight, bias):
+            return cls(8, 8, None)
+
+        def nbytes(self):
+            return 1 << 30                                       # a ring of 2 copies
+
+        def clone(self):
+            copies.append(1)
+            return Fake(8, 8, None)
+
+        def _matmul(self, x):
+            calls.append(setting[0].label)
+            clock[0] += (1.0 + setting[0].distance / 8192) / 1e3  # ms grow with the distance
+            return x
+
+    class Variant:
+        label = "int8 specdec"
+
+        def layers(self, device):
+            return P.Layers(Fake, device, {}, {})
+
+    monkeypatch.setattr(native, "set_prefetch", lambda p: setting.__setitem__(0, p))
+    monkeypatch.setattr(native, "prefetch", lambda: setting[0])
+    clock = [0.0]
+    monkeypatch.setattr(calibration.time, "perf_counter", lambda: clock[0])
+    out = calibration.calibrate_prefetch(Variant(), 6)
+    labels = [p.label for p in native.PREFETCH_CANDIDATES]
+    assert calls[:2 * len(labels)] == [label for label in labels for _ in (1, 7)]  # each at 1 and K+1 rows in turn
+    assert len(copies) == 1 and len(calls) == 2 * len(labels) * (calibration.REPS + 1)
+    for p in native.PREFETCH_CANDIDATES:
+        assert out["timings_ms"][p.label] == pytest.approx([1.0 + p.distance / 8192] * 2)
+    assert setting[0] == native.Prefetch(512, native.Hint.T1)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.skipif(not native.available(), reason=native.status()[1])
+def test_loading_a_pair_sets_the_prefetch_its_verifiers_choice_carries(prefetch_timed, monkeypatch, tmp_path):
+    """And where the verifier is not on specdec's kernels, the library's default; without the
+    library a pair loads as on a machine that never had it."""
+    from helpers import tiny_gguf
+
+    from specdec.weights.loading import load_pair, unload
+    tiny_gguf.install(monkeypatch, tmp_path, tiny_gguf.build(tmp_path / "gguf"))
+    try:
+        pair = load_pair(tiny_gguf.NAME, None, "cpu", "int4")
+        unload(pair)
+        assert native.prefetch() == pair.precision.prefetch == native.Prefetch(2048, native.Hint.NTA)
+        unload(load_pair(tiny_gguf.NAME, None, "cpu", "float32"))
+        assert native.prefetch() == native.DEFAULT_PREFETCH
+        native.set_prefetch(native.Prefetch(0))
+        monkeypatch.setattr(calibration, "calibrate", lambda variants, k: table(
+            {v.label: [1.0, 2.0] if v.label == "float32" else [5.0, 5.0] for v in variants}))
+        monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "without"))  # the table above names specdec's kernels
+        with native.disabled():
+            pair = load_pair(tiny_gguf.NAME, None, "cpu", "auto")
+            unload(pair)
+        assert pair.precision.label == "float32" and pair.precision.prefetch is None
+        assert native.prefetch() == native.Prefetch(0) and prefetch_timed == ["int4 specdec"]
+    finally:
+        native.set_prefetch(native.DEFAULT_PREFETCH)

@@ -43,6 +43,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -63,11 +64,48 @@ enum Isa : int64_t { AUTO = 0, SCALAR = 1, AVX2 = 2, AVXVNNI = 3, AVX512VNNI = 4
 constexpr int BLOCK = 16;         // output channels per weight block
 constexpr int GROUP = 32;         // int4 inputs per scale/minimum
 constexpr int Q4_BYTES = 320;     // one int4 block-group: 256 bytes of nibbles, 16 d, 16 m (float16)
-// Software prefetch this far ahead of the weight being read. With several rows per call the
-// arithmetic per byte grows and the hardware prefetcher alone lets memory and arithmetic take
-// turns; 4 KB ahead keeps the next weights on their way while the current ones are multiplied
-// (benchmarks/kernel_candidates.py times this kernel: benchmarks/results/kernel_candidates-*.json).
-[[maybe_unused]] constexpr int PREFETCH = 4096;  // used by the x86 paths
+// Software prefetch of the weights on the x86 paths. With several rows per call the arithmetic per
+// byte grows and the hardware prefetcher alone lets memory and arithmetic take turns; prefetching
+// ahead of the weight being read keeps the next weights on their way while the current ones are
+// multiplied (benchmarks/kernel_candidates.py times this kernel: benchmarks/results/kernel_candidates-*.json).
+// How far ahead (bytes; 0: no software prefetch) and with which hint pays best differs by CPU, so
+// it is one setting for the process (set_prefetch), which specdec.model.calibration times per
+// machine. It changes what is fetched when, never what is computed: results are the same bits
+// whatever it is. Until set: 4096 bytes, T0 (specdec.model.native.DEFAULT_PREFETCH; a test checks).
+enum Hint : int64_t { T0 = 0, T1 = 1, NTA = 2 };
+constexpr int64_t MAX_PREFETCH = 1 << 20;
+struct Prefetch {
+  int64_t distance;
+  int64_t hint;
+};
+// Two relaxed atomics: a call racing set_prefetch may take the new distance with the old hint, which
+// changes nothing but its timing.
+std::atomic<int64_t> prefetch_distance{4096}, prefetch_hint{T0};
+
+Prefetch prefetch_setting() {
+  return {prefetch_distance.load(std::memory_order_relaxed), prefetch_hint.load(std::memory_order_relaxed)};
+}
+
+void set_prefetch(int64_t distance, int64_t hint) {
+  TORCH_CHECK(distance >= 0 && distance <= MAX_PREFETCH, "specdec set_prefetch: distance ", distance,
+              " bytes is outside 0..", MAX_PREFETCH);
+  TORCH_CHECK(hint == T0 || hint == T1 || hint == NTA, "specdec set_prefetch: hint ", hint,
+              " is none of 0 (T0), 1 (T1), 2 (NTA)");
+  prefetch_distance.store(distance, std::memory_order_relaxed);
+  prefetch_hint.store(hint, std::memory_order_relaxed);
+}
+
+std::tuple<int64_t, int64_t> prefetch() {
+  const Prefetch p = prefetch_setting();
+  return {p.distance, p.hint};
+}
+
+// What a tile may prefetch: the bytes from its first weight to the end of the layer's weights, and
+// the process's setting as it was when its run of blocks began.
+struct Stream {
+  int64_t size;
+  Prefetch ahead;
+};
 
 // A path is offered where the CPU has every instruction set its code is compiled for: the vector
 // paths all run the AVX2 activation code (quantize), and the 256-bit tiles convert float16 with
@@ -357,11 +395,15 @@ inline int32_t quad(const int8_t* p) {
 #define bcast256(p) _mm256_set1_epi32(quad(p))
 #define bcast512(p) _mm512_set1_epi32(quad(p))
 
-// Prefetches PREFETCH bytes past byte ``at`` of a weight stream of ``size`` bytes that starts at
-// ``base``, where that is still inside it: the offset is checked as an integer first, so no
-// pointer past the end of the weights is ever formed.
-inline void prefetch_ahead(const void* base, int64_t at, int64_t size) {
-  if (at + PREFETCH < size) _mm_prefetch(static_cast<const char*>(base) + at + PREFETCH, _MM_HINT_T0);
+// Prefetches ``ahead.distance`` bytes past byte ``at`` of a weight stream that starts at ``base``,
+// where that is still inside it: the offset is checked as an integer first, so no pointer past the
+// end of the weights is ever formed. _mm_prefetch takes its hint as a constant: one call per hint.
+inline void prefetch_ahead(const void* base, int64_t at, const Stream& s) {
+  if (s.ahead.distance == 0 || at + s.ahead.distance >= s.size) return;
+  const char* p = static_cast<const char*>(base) + at + s.ahead.distance;
+  if (s.ahead.hint == NTA) _mm_prefetch(p, _MM_HINT_NTA);
+  else if (s.ahead.hint == T1) _mm_prefetch(p, _MM_HINT_T1);
+  else _mm_prefetch(p, _MM_HINT_T0);
 }
 #endif
 
@@ -445,9 +487,9 @@ TARGET_AVX2 inline __m256i dpbusd_avxvnni(__m256i acc, __m256i u8, __m256i s8) {
 }
 
 // int8: rows m0..m0+MR-1 against one block; two 8-channel halves per 64-byte weight vector.
-// ``stream`` (every tile's): the bytes from W to the end of the layer's weights, what may be prefetched.
+// ``stream`` (every tile's): what may be prefetched (Stream).
 template <int MR, bool VNNI>
-TARGET_AVX2 void int8_tile_avx2(const int8_t* W, int64_t Kq, int64_t stream, const Acts& a, int64_t m0,
+TARGET_AVX2 void int8_tile_avx2(const int8_t* W, int64_t Kq, Stream stream, const Acts& a, int64_t m0,
                                 const float* sw, const Out& o, int64_t n0) {
   __m256i acc[MR][2];
 #pragma GCC unroll 16
@@ -495,7 +537,7 @@ TARGET_AVX2 void int8_tile_avx2(const int8_t* W, int64_t Kq, int64_t stream, con
 // int4: the nibbles of one group are unpacked once into a small buffer that stays in L1, then
 // every row reads them from there.
 template <int MR, bool VNNI>
-TARGET_AVX2 void int4_tile_avx2(const uint8_t* P, int64_t G, int64_t stream, const Acts& a, int64_t m0, const Out& o,
+TARGET_AVX2 void int4_tile_avx2(const uint8_t* P, int64_t G, Stream stream, const Acts& a, int64_t m0, const Out& o,
                                 int64_t n0) {
   __m256 acc[MR][2];
 #pragma GCC unroll 16
@@ -562,7 +604,7 @@ TARGET_AVX512 inline void store_block_512(const Out& o, int64_t m, int64_t n0, _
 
 // U independent accumulators per row when rows are few, so that vpdpbusd's latency is hidden.
 template <int MR>
-TARGET_AVX512 void int8_tile_512(const int8_t* W, int64_t Kq, int64_t stream, const Acts& a, int64_t m0,
+TARGET_AVX512 void int8_tile_512(const int8_t* W, int64_t Kq, Stream stream, const Acts& a, int64_t m0,
                                  const float* sw, const Out& o, int64_t n0) {
   constexpr int U = MR == 1 ? 4 : MR == 2 ? 2 : 1;
   __m512i acc[MR][U];
@@ -599,7 +641,7 @@ TARGET_AVX512 void int8_tile_512(const int8_t* W, int64_t Kq, int64_t stream, co
 }
 
 template <int MR>
-TARGET_AVX512 void int4_tile_512(const uint8_t* P, int64_t G, int64_t stream, const Acts& a, int64_t m0, const Out& o,
+TARGET_AVX512 void int4_tile_512(const uint8_t* P, int64_t G, Stream stream, const Acts& a, int64_t m0, const Out& o,
                                  int64_t n0) {
   __m512 acc[MR];
 #pragma GCC unroll 16
@@ -653,9 +695,10 @@ int max_rows(int64_t isa) { return isa == AVX2 || isa == AVXVNNI ? 4 : 16; }
 void int8_blocks(const int8_t* W, const float* scales, int64_t nb, int64_t Kq, const Acts& a, const Out& o, int64_t isa,
                  int64_t b0, int64_t b1) {
   const int64_t step = max_rows(isa);
+  [[maybe_unused]] const Prefetch ahead = prefetch_setting();
   for (int64_t b = b0; b < b1; ++b) {
     const int8_t* Wb = W + b * Kq * 64;
-    [[maybe_unused]] const int64_t stream = (nb - b) * Kq * 64;
+    [[maybe_unused]] const Stream stream{(nb - b) * Kq * 64, ahead};
     const float* sw = scales + b * BLOCK;
     for (int64_t m0 = 0; m0 < a.M; m0 += step) {
       const int64_t mr = std::min<int64_t>(step, a.M - m0);
@@ -686,9 +729,10 @@ void int8_blocks(const int8_t* W, const float* scales, int64_t nb, int64_t Kq, c
 void int4_blocks(const uint8_t* P, int64_t nb, int64_t G, const Acts& a, const Out& o, int64_t isa, int64_t b0,
                  int64_t b1) {
   const int64_t step = max_rows(isa);
+  [[maybe_unused]] const Prefetch ahead = prefetch_setting();
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* Pb = P + b * G * Q4_BYTES;
-    [[maybe_unused]] const int64_t stream = (nb - b) * G * Q4_BYTES;
+    [[maybe_unused]] const Stream stream{(nb - b) * G * Q4_BYTES, ahead};
     for (int64_t m0 = 0; m0 < a.M; m0 += step) {
       const int64_t mr = std::min<int64_t>(step, a.M - m0);
 #ifdef SPECDEC_X86
@@ -1037,6 +1081,8 @@ TORCH_LIBRARY(specdec, m) {
         "Tensor? index, Tensor attn_norm, Tensor mlp_norm, float eps, int heads, int isa, int[] outs, Tensor qkv_w, Tensor? qkv_s, "
         "Tensor? qkv_b, Tensor o_w, Tensor? o_s, Tensor gu_w, Tensor? gu_s, Tensor down_w, Tensor? down_s) -> Tensor");
   m.def("isas() -> int", &isas);
+  m.def("set_prefetch(int distance, int hint) -> ()", &set_prefetch);
+  m.def("prefetch() -> (int, int)", &prefetch);
   m.def("attention_simd(int head_dim) -> bool", &attention_simd);
 }
 
