@@ -20,11 +20,10 @@ from benchmarks.tables import fmt, machine_line
 from benchmarks.throughput import CODE, PROSE, geomean
 from specdec import DecodeConfig, Generation, SamplingConfig, make_drafter
 from specdec.decode.settings import add_model_arguments
-from specdec.decode.tree_shape import CONTEXT, SHAPES_FILE, measure_costs, predict
+from specdec.decode.tree_shape import BUDGETS, CONTEXT, SHAPES_FILE, WIDTHS, measure_costs, predict
 from specdec.model.timing import ESTIMATOR
 
 K = 6
-WIDTHS, BUDGETS = (2, 3), (8, 12, 20)
 TEMPERATURES = {"0": SamplingConfig(0.0), "sampled": SamplingConfig(0.8)}
 
 

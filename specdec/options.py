@@ -231,8 +231,8 @@ class DecodeConfig:
         label="Draft confidence (0 = always K)")
     adaptive: bool = option(
         "choose each round's draft length, at most K, from the running acceptance and this machine's timed costs: "
-        "the one with the most expected tokens per second, 0 (a plain verifier step) where no draft pays (the model and "
-        "hybrid drafters; the others ignore it)",
+        "the one with the most expected tokens per second, 0 (a plain verifier step) where no draft pays (the model, "
+        "hybrid and tree drafters, the tree's W and N too, at most those asked; the others ignore it)",
         default=False, allowed="True or False", valid=_is_bool, label="Adaptive K (draft only what pays here)")
     draft_noise: float = option(
         "e in [0, 1]: the draft samples from (1 - e) * q + e * uniform; lossless, just a worse draft", default=0.0,

@@ -16,10 +16,11 @@ from types import NoneType, UnionType
 from typing import get_args, get_origin, get_type_hints
 
 PHASES = ("draft", "verify", "accept", "rollback", "other")
-TRACE_FORMAT = 7
+TRACE_FORMAT = 8
 # 5 added RoundTrace.drafted_by (format 4 files read as ""), 6 RoundTrace.tree (older: None),
-# 7 RoundTrace.plan (older: None)
-READS_FORMATS = (4, 5, 6, 7)
+# 7 RoundTrace.plan (older: None), 8 the plan's tree (DraftPlan.width, budget, siblings, branching, trees;
+# older: a chain's plan)
+READS_FORMATS = (4, 5, 6, 7, 8)
 
 
 # ---- the names a trace uses: each is written to JSON as its string, and carries its words ----
@@ -208,17 +209,38 @@ class TreeRound:
 
 
 @dataclass(frozen=True)
-class DraftPlan:
-    """How an adaptive run chose a round's draft length (:mod:`specdec.decode.pacing`): from the
-    running acceptance per position and this machine's timed costs, before the round, the K with the
-    most expected tokens per ms. Index K of ``tokens`` and ``ms`` is what a round of K drafts was
-    expected to return and cost (K = 0: a plain verifier step)."""
+class TreeOption:
+    """One tree shape an adaptive round weighed: what a round of it was expected to return and cost."""
 
-    k: int                           # the draft length chosen
-    acceptance: tuple[float, ...]    # a_1..a_Kmax: each position's chance to be kept once reached (prior + counts)
+    width: int                       # W, the most children of an expanded node
+    budget: int                      # N, the most nodes
+    tokens: float                    # expected tokens: 1 + the sum over its nodes of the chance each is kept
+    ms: float                        # the round's predicted ms here
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    """How an adaptive run chose a round's draft (:mod:`specdec.decode.pacing`): from the running
+    acceptance per depth and sibling rank and this machine's timed costs, before the round, the chain
+    or tree with the most expected tokens per ms. Index K of ``tokens`` and ``ms`` is what a chain of K
+    drafts was expected to return and cost (K = 0: a plain verifier step); ``trees`` the tree shapes
+    weighed beside them (a tree drafter's run; none for the chain drafters)."""
+
+    k: int                           # the draft length chosen; a tree's: its most depth
+    acceptance: tuple[float, ...]    # a_1..a_Kmax: a first child kept once its parent was (prior + counts)
     evidence: tuple[float, ...]      # the decayed count of tested drafts behind each a_i (0: the prior alone)
     tokens: tuple[float, ...]        # E(K) = 1 + a_1 + a_1 a_2 + ..., K = 0..Kmax
     ms: tuple[float, ...]            # T(K), the round's predicted ms here, K = 0..Kmax
+    width: int = 1                   # the tree chosen: W (1: the chain of k drafts)
+    budget: int = 0                  # its N (0: a chain)
+    siblings: tuple[tuple[float, ...], ...] = ()   # per depth, a of the 2nd, 3rd... child: kept once tested
+    branching: tuple[tuple[float, ...], ...] = ()  # per depth, the share of expanded nodes given a 2nd, 3rd... child
+    trees: tuple[TreeOption, ...] = ()
+
+    @property
+    def asked(self) -> int:
+        """The most drafts the round asked for: K for a chain, N for a tree."""
+        return self.k if self.width == 1 else self.budget
 
 
 @dataclass(frozen=True)
@@ -247,7 +269,7 @@ class RoundTrace:
     drafted_by: DraftedBy = DraftedBy.NOT_HYBRID  # who drafted a hybrid drafter's round
     tree: TreeRound | None = None          # a tree round's every node; positions then hold its accepted path
                                            # and the first rejected child below it
-    plan: DraftPlan | None = None          # an adaptive run's choice of K for this round (None: K as asked)
+    plan: DraftPlan | None = None          # an adaptive run's choice for this round (None: K as asked)
 
     @property
     def drafted(self) -> int:
@@ -368,7 +390,8 @@ class TraceFile:
 
 
 # ---- reading a trace back: every field checked against its declared type and range ------------
-UNIT = {"prob", "p", "q", "u", "beta", "confidence", "path_q", "acceptance"}  # probabilities and draws: in [0, 1]
+# probabilities and draws: in [0, 1]
+UNIT = {"prob", "p", "q", "u", "beta", "confidence", "path_q", "acceptance", "siblings", "branching"}
 # the fields whose name allows only some of its members; any other named field allows them all
 CHOICES = {(DraftPosition, "status"): (ACCEPTED, REJECTED, UNREACHED, AFTER_STOP),
            (TreeNode, "status"): (ROOT, ACCEPTED, REJECTED, UNTESTED),

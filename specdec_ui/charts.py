@@ -36,6 +36,7 @@ from specdec.trace import (
     PLAIN,
     REJECTED,
     UNREACHED,
+    DraftPlan,
     RoundTrace,
 )
 
@@ -246,19 +247,27 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
     fig.add_trace(go.Scatter(x=s.rounds, y=s.running_a, name="running a = kept / tested", mode="lines+markers",
                              line_color=INK), secondary_y=True)
     paced = [r for r in rounds if r.plan is not None]
-    if paced:  # an adaptive run: the K each round asked for, chosen from the rounds before it
-        fig.add_trace(go.Scatter(x=[r.index + 1 for r in paced], y=[r.plan.k for r in paced], mode="markers",
-                                 name="K adaptive K asked for", marker=dict(symbol="line-ew-open", size=14, color=INK),
-                                 hovertemplate="round %{x}: asked for %{y}"))
-    drafts = "drafted nodes" if any(r.tree is not None for r in rounds) else "drafted tokens"
-    fig.update_yaxes(title_text=drafts, range=[0, max(s.k, 1) + 0.5], secondary_y=False)
+    trees = any(r.plan.width > 1 for r in paced)  # a tree drafter's adaptive run: the mark is N for a tree, K for a chain
+    asked, means = (("most drafts adaptive K asked for", "a tree's N, a chain's K; 0: a plain verifier step") if trees
+                    else ("K adaptive K asked for", "0: a plain verifier step"))
+    if paced:  # an adaptive run: the K (or tree) each round asked for, chosen from the rounds before it
+        fig.add_trace(go.Scatter(x=[r.index + 1 for r in paced], y=[r.plan.asked for r in paced], mode="markers",
+                                 name=asked, marker=dict(symbol="line-ew-open", size=14, color=INK),
+                                 text=[_shape(r.plan) for r in paced], hovertemplate="round %{x}: asked for %{text}"))
+    drafts = "drafted nodes" if trees or any(r.tree is not None for r in rounds) else "drafted tokens"
+    fig.update_yaxes(title_text=drafts, range=[0, max(s.k, *(r.plan.asked for r in paced), 1) + 0.5], secondary_y=False)
     fig.update_yaxes(title_text="a", range=[0, 1.05], tickmode="array", tickvals=[0, 0.25, 0.5, 0.75, 1],
                      showgrid=False, secondary_y=True)
     fig = _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested"
-                  + (", the K adaptive K asked for (0: a plain verifier step)" if paced else ""),
+                  + (f", the {asked} ({means})" if paced else ""),
                   barmode="stack", xaxis_title="round")
     # the right-hand axis a, its tick labels and title (about 40 px), left of the toolbar
     return fig.update_layout(margin_r=MODEBAR_PX + 40)
+
+
+def _shape(plan: DraftPlan) -> str:
+    """A plan's choice in a few words, for the mark's hover."""
+    return f"a tree, W = {plan.width}, N = {plan.budget}" if plan.width > 1 else f"K = {plan.k}"
 
 
 def tokens_per_round_figure(rounds: list[RoundTrace]) -> go.Figure:

@@ -181,7 +181,7 @@ def tree_html(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] = 
     """The round's token tree, depth left to right, siblings stacked in test order from the top,
     each node a box with its number, token, q and p (hover or focus a node for its story), the
     accepted path drawn thick once the verdicts are revealed. ``asked``: the settings' W and N, 0
-    for this machine's choice."""
+    for this machine's choice (an adaptive round's are its plan's)."""
     t = r.tree
     nodes = list(t.nodes)
     decided = phase in ("accept", "commit")
@@ -214,7 +214,8 @@ def tree_html(r: RoundTrace, phase: str, greedy: bool, asked: tuple[int, int] = 
             f'<text x="{x[j] + 1 + PAD:.1f}" y="{y[j] + 1 + 17:.1f}" font-size="{TOKEN_PX}">{escape(top)}</text>'
             f'<text x="{x[j] + 1 + PAD:.1f}" y="{y[j] + 1 + 33:.1f}" font-size="{NUMBER_PX}" fill="{MUTED}">'
             f'{escape(bottom)}</text></g>')
-    mine = [" (this machine's choice)" if a == 0 else "" for a in asked]
+    mine = [" (Adaptive K's choice this round)" if r.plan is not None else " (this machine's choice)" if a == 0 else ""
+            for a in asked]
     sub = (f"W = {t.width}{mine[0]}: children per expanded node at most; N = {t.budget}{mine[1]}: nodes at most; "
            f"{len(nodes) - 1} drafted. Depth runs left to right, siblings top to bottom in the order they are "
            f"tested; hover or focus a node for its numbers" + ("; the thick path is kept." if decided else "."))

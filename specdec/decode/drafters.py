@@ -71,6 +71,10 @@ class Drafter:
     def prefill(self, prompt: list[int], cancelled=lambda: False) -> bool:
         return self.cache.prefill(prompt[:-1], cancelled) if self.cache is not None else True
 
+    def reshape(self, width: int, nodes: int) -> None:
+        """Draft the next round's tree at most ``width`` wide with at most ``nodes`` nodes (an adaptive run's
+        choice, :mod:`specdec.decode.pacing`; width 1: a chain of ``nodes``). A chain drafter drafts chains."""
+
     def keep_path(self, path: list[int]) -> None:
         """Keep the cache entries of the accepted path (node indices in depth order): a chain's are in place."""
 

@@ -72,7 +72,7 @@ class Generation:
                  pacer: Pacer | None = None):
         self.pair, self.cfg, self.drafter = pair, cfg, drafter  # cfg: what runs, the tree shape resolved
         self.tree_shape = tree_shape  # why the tree drafter runs the shape in cfg ("" for the other drafters)
-        self.pacer = pacer  # chooses each round's K from past rounds and this machine's costs (None: K as asked)
+        self.pacer = pacer  # chooses each round's K or tree from past rounds and this machine's costs (None: as asked)
         self.stop_ids = stop_ids_of(pair, cfg)
         self.prompt_ids = list(prompt_ids)
         self.token_ids: list[int] = []  # generated ids (prompt excluded)
@@ -135,15 +135,18 @@ class Generation:
 
     def _round(self, context: list[int], target: CachedLM, limit: int, generator: torch.Generator,
                plan: DraftPlan | None = None) -> RoundTrace:
-        """One draft/verify round of at most ``limit`` drafts (``plan.k`` where a pacer chose); ``context``
-        grows by the tokens it emits."""
+        """One draft/verify round of at most ``limit`` drafts deep (``plan.k``, of the plan's shape, where a
+        pacer chose); ``context`` grows by the tokens it emits."""
         cfg, s, drafter, clock = self.cfg, self.cfg.sampling, self.drafter, self._clock
         asked = limit if plan is None else plan.k
+        ask = plan is None or asked > 0
         t0 = clock()
         # 1. draft a token tree of depth <= K after the last context token (a chain: each node one child),
-        #    shallower when the round could overrun the budget or the context; nothing when the pacer says
-        #    no draft pays (the drafter is not asked: a model's cache catches up in its next forward)
-        proposal = (drafter.propose(context, asked, s, generator, cfg.confidence, cfg.draft_noise) if asked or not plan
+        #    shallower when the round could overrun the budget or the context, of the shape the pacer chose;
+        #    nothing when it says no draft pays (the drafter is not asked: its cache catches up in its next forward)
+        if ask and plan is not None:
+            drafter.reshape(plan.width, plan.asked)
+        proposal = (drafter.propose(context, asked, s, generator, cfg.confidence, cfg.draft_noise) if ask
                     else Proposal.chain(context[-1], [], torch.zeros(1, self.pair.vocab_size, device=self.pair.device),
                                         stopped=DraftStop.LIMIT))
         t1 = clock()
@@ -174,7 +177,8 @@ class Generation:
         draft_len = None if drafter.cache is None else len(drafter.cache)
         if path != list(range(1, len(path) + 1)):  # off the first-child line: move its entries into place
             target.keep(cached + 1, [cached + j for j in path])
-        drafter.keep_path(path)
+        if ask:
+            drafter.keep_path(path)
         target.rollback(context)
         drafter.rollback(context)
         t4 = clock()

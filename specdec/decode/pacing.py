@@ -1,64 +1,89 @@
-"""Each round's draft length chosen from what drafting costs on this machine (``--adaptive``).
+"""Each round's draft chosen from what drafting costs on this machine (``--adaptive``): a chain's
+length K, or (the tree drafter) a token tree's shape, W children per expanded node and N nodes at most.
 
-A round of K drafts returns on average (a_i: the chance that draft i is kept once drafts 1..i-1 were,
-the per-position acceptance of docs/notation.md)
+Every round drafts a tree (a chain is the tree whose nodes have one child each). Label a node by its
+depth d and its rank r among its parent's children (the order they were drawn in, the order the rule
+tests them in); two running shares per (d, r) say what such a node does:
 
-    E(K) = 1 + a_1 + a_1·a_2 + ... + a_1·...·a_K   tokens (the 1: the verifier's own next token)
+    a_{d,r}  of the r-th children tested (their parent kept, or the root, and the siblings before them
+             rejected), the share kept: a chain's a_d, the per-position acceptance of docs/notation.md,
+             is a_{d,1}
+    e_{d,r}  of the nodes expanded at depth d - 1, the share given an r-th child: the tree drafter gives a
+             node as many children as it takes to cover most of its q, one where the draft is sure;
+             e_{d,1} = 1
 
-and costs, in this machine's timed milliseconds,
+so the r-th child is kept, once its parent was, with chance (drafted, the siblings before it rejected,
+then kept) c_{d,r} = e_{d,r}·(1 - a_{d,1})···(1 - a_{d,r-1})·a_{d,r}.
+At most one child of a node is kept, so a round drafting the tree T returns on average
 
-    T(K) = K·d + t(K + 1) + rest
+    E(T) = 1 + sum over the nodes v of T of the product of c along the path to v   tokens
 
-with d one draft forward at one row and t(L) the verifier's
-forward over L rows (interpolated between the row counts timed), both timed once per machine and cached
-(:func:`specdec.decode.tree_shape.machine_costs`), and rest a round's work besides the forwards: the
-cached value until the run has rounds of its own, then the median of its last :data:`REST_ROUNDS`
-(sampling, the rule, the trace: it differs between a chain and the tree runs it was timed on). Before
-each round the pacer drafts the K in 0..K_max with the most expected tokens per second E(K) / T(K).
-K = 0 is a plain verifier step, taken whenever no draft pays: on prose with a costly draft, or when
-the draft keeps missing.
+(the 1: the verifier's own next token; for a chain of K, E(K) = 1 + a_1 + a_1·a_2 + ... + a_1···a_K),
+and verifies on average L(T) = 1 + the same sum of products of e rows. T is the tree the drafter would
+draw if its path probabilities were these chances: depth by depth the W nodes most likely kept are
+expanded, each with up to W children, until depth K or N nodes. A round costs, in this machine's
+timed milliseconds,
 
-Lossless: K depends only on rounds already decided, never on this round's verifier, so the number of
-drafts is a stopping time of the past and the rule's guarantee holds (as for the confidence threshold).
+    T_ms = d(1) + d(R_1) + ... + d(R_(K-1)) + t(L(T)) + rest
 
-The a_i start at a prior and then follow the counts: kept / tested at each position, every count
-multiplied by :data:`DECAY` each round. The prior of a_1 is :data:`PRIOR_A`; the prior of a_i is
-a_(i-1), the estimate of the position before it (each worth :data:`PRIOR_WEIGHT` tested drafts): a
-position never tested yet is expected to behave like the last one that was, as the i.i.d. model of
-Leviathan et al. assumes. With a fixed prior instead, a pacer drafting 2 would never test position 3,
-and would stay at 2 however well the draft did. The
-decay lets the choice follow a prompt that changes character (code after prose) within tens of rounds,
-and lets a run that stopped drafting drift back to the prior and try again: a round of K = 0 tests
-nothing, so without it a pacer that once stopped would never learn that drafting pays again.
+with d(R) one draft forward over R rows (the root's, then one per depth over the nodes it expands; a
+chain's K forwards of one row: K·d(1)) and t(L) the verifier's forward over L rows, interpolated between
+the row counts timed once per machine and cached (:func:`specdec.decode.tree_shape.machine_costs`), and
+rest a round's work besides the forwards: the cached value until the run has rounds of its own, then the
+median of its last :data:`REST_ROUNDS` (sampling, the rule, the trace: it differs between a chain and the
+tree runs it was timed on). Before each round the pacer drafts the chain of K in 0..K_max,
+or the tree shape (:func:`specdec.decode.tree_shape.candidates`), with the most expected tokens per ms.
+K = 0 is a plain verifier step, taken whenever no draft pays: on prose with a costly draft, or when the
+draft keeps missing. A tree pays where second and third guesses are often the verifier's token and
+verifying more rows is cheap.
+
+Lossless: the shape depends only on rounds already decided, never on this round's verifier, so it is
+settled before any draft is drawn and the rule's guarantee holds (as for the confidence threshold).
+
+The shares start at a prior and then follow the counts, every count multiplied by :data:`DECAY` each
+round. At depth 1 the prior is the i.i.d. model of Leviathan et al., each tested draft kept with chance
+:data:`PRIOR_A`, and an r-th child drafted with chance :data:`PRIOR_BRANCH`^(r-1); deeper, the prior of
+(d, r) is the estimate at (d - 1, r), each worth :data:`PRIOR_WEIGHT` counts: a depth never tested yet
+is expected to behave like the last one that was. With a fixed prior instead, a pacer drafting 2 would
+never test depth 3, and would stay at 2 however well the draft did. The decay lets the choice follow a
+prompt that changes character (code after prose) within tens of rounds, and lets a run that stopped
+drafting, or stopped growing trees, drift back to the prior and try again: a round of K = 0 tests
+nothing and a chain tests no second child, so without it a pacer that once stopped would never learn
+that drafting pays again.
 """
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field, replace
 
-from specdec.trace import ACCEPTED, DraftPlan, RoundTrace
+from specdec.decode.proposal import children
+from specdec.trace import ACCEPTED, TESTED, DraftPlan, RoundTrace, TreeOption
 
-PRIOR_A = 0.6        # the chance a draft is kept before any round says otherwise
-PRIOR_WEIGHT = 2.0   # worth this many tested drafts: two rounds' evidence outweighs it
+PRIOR_A = 0.6        # the chance a tested draft is kept before any round says otherwise
+PRIOR_BRANCH = 0.5   # the chance an expanded node is given a second child before any round says (a third: its square)
+PRIOR_WEIGHT = 2.0   # worth this many counts: two rounds' evidence outweighs it
 DECAY = 0.95         # per round: a count 20 rounds old weighs 1/e of a new one
 REST_ROUNDS = 16     # the run's last rounds whose work besides the forwards gives ``rest``
+
+Shares = tuple[tuple[float, ...], ...]  # (K_max, W_max): per depth, per rank
 
 
 @dataclass(frozen=True)
 class RoundCosts:
     """What a round costs here, in ms: ``verify`` maps the rows L of a verifier forward to its time
-    (at least L = 1 and one more), ``draft`` is one draft forward at one row, ``rest`` the round's
-    work besides the forwards."""
+    (at least L = 1 and one more), ``draft`` is one draft forward at one row and ``draft_row`` each
+    further row of a batched one, ``rest`` the round's work besides the forwards."""
 
     verify: dict[int, float]
     draft: float
     rest: float = 0.0
+    draft_row: float = 0.0
 
     def __post_init__(self):
         if len(self.verify) < 2 or min(self.verify) != 1:
             raise ValueError("verify must time L = 1 and at least one more row count")
 
-    def forward(self, rows: int) -> float:
+    def forward(self, rows: float) -> float:
         """t(rows): linear between the row counts timed, extended by the last segment's slope."""
         xs = sorted(self.verify)
         lo = max((x for x in xs if x <= rows), default=xs[0])
@@ -68,64 +93,123 @@ class RoundCosts:
         slope = (self.verify[hi] - self.verify[lo]) / (hi - lo)
         return self.verify[lo] + slope * (rows - lo)
 
-    def round_ms(self, k: int) -> float:
-        return k * self.draft + self.forward(k + 1) + self.rest
+    def drafting(self, rows: float) -> float:
+        """d(rows): one draft forward over ``rows`` rows."""
+        return self.draft + self.draft_row * (rows - 1)
 
     @classmethod
     def of_machine(cls, timings: dict) -> RoundCosts:
         """From :func:`specdec.decode.tree_shape.machine_costs` (the paced drafters draft with the model)."""
         verify = {int(n): ms for n, ms in timings["verify_ms"].items()}
-        return cls(verify, timings["draft_ms"]["1"], timings.get("round", 0.0))
+        return cls(verify, timings["draft_ms"]["1"], timings.get("round", 0.0), timings["draft"][1])
 
 
-def expected_tokens(acceptance: list[float] | tuple[float, ...], k: int) -> float:
-    """E(K) = 1 + sum over i <= K of a_1···a_i."""
-    total, reach = 1.0, 1.0
-    for a in acceptance[:k]:
-        reach *= a
-        total += reach
-    return total
+def forecast(a: Shares, e: Shares, width: int, budget: int, depth: int, costs: RoundCosts) -> tuple[float, float]:
+    """(E(T), T_ms) of the tree T at most ``width`` wide, ``budget`` nodes and ``depth`` deep that the
+    shares a and e predict (the module docstring); a chain of K is width 1, budget K, depth K."""
+    tokens, rows, ms = 1.0, 1.0, 0.0
+    level = [(1.0, 1.0)]  # per node of the depth drafted last: the chance it is kept (the root: 1), and drafted
+    for d in range(depth):
+        expanded = sorted(level, reverse=True)[:width]  # the W most likely kept, as the drafter's path q ranks them
+        ms += costs.drafting(sum(drafted for _, drafted in expanded))
+        level = []
+        for kept, drafted in expanded:
+            missed = 1.0  # the chance that the siblings before the r-th child were all rejected
+            for r in range(width):
+                if rows - 1 + drafted * e[d][r] > budget:  # the budget is spent: the drafter stops here
+                    return tokens, ms + costs.forward(rows) + costs.rest
+                level.append((kept * e[d][r] * missed * a[d][r], drafted * e[d][r]))
+                missed *= 1 - a[d][r]
+                tokens, rows = tokens + level[-1][0], rows + level[-1][1]
+    return tokens, ms + costs.forward(rows) + costs.rest
+
+
+@dataclass
+class Share:
+    """A running share hits / tries, each count decayed every round, read against a prior."""
+
+    hits: float = 0.0
+    tries: float = 0.0
+
+    def add(self, hit: bool) -> None:
+        self.hits, self.tries = self.hits + hit, self.tries + 1
+
+    def decay(self) -> None:
+        self.hits, self.tries = DECAY * self.hits, DECAY * self.tries
+
+    def read(self, prior: float) -> float:
+        return (self.hits + PRIOR_WEIGHT * prior) / (self.tries + PRIOR_WEIGHT)
+
+
+def _estimates(table: list[list[Share]], prior: tuple[float, ...]) -> Shares:
+    """Each depth's shares with their prior's weight added: ``prior`` at depth 1, then the depth before."""
+    out = []
+    for row in table:
+        prior = tuple(s.read(p) for s, p in zip(row, prior))
+        out.append(prior)
+    return tuple(out)
 
 
 @dataclass
 class Pacer:
-    """Chooses each round's K (:meth:`plan`) and learns from each round decided (:meth:`update`)."""
+    """Chooses each round's draft (:meth:`plan`) and learns from each round decided (:meth:`update`):
+    a chain of K in 0..K_max, or one of ``shapes``, the tree shapes (W, N) the tree drafter may draw."""
 
     costs: RoundCosts
     k_max: int
-    kept: list[float] = field(default_factory=list)
-    tested: list[float] = field(default_factory=list)
+    shapes: tuple[tuple[int, int], ...] = ()
+    kept: list[list[Share]] = field(default_factory=list)    # a's counts, per depth and rank
+    given: list[list[Share]] = field(default_factory=list)   # e's counts
     rests: list[float] = field(default_factory=list)  # ms of the run's rounds besides their forwards
 
     def __post_init__(self):
-        self.kept, self.tested = [0.0] * self.k_max, [0.0] * self.k_max
+        width = max((w for w, _ in self.shapes), default=1)
+        self.kept = [[Share() for _ in range(width)] for _ in range(self.k_max)]
+        self.given = [[Share() for _ in range(width)] for _ in range(self.k_max)]
 
-    def acceptance(self) -> tuple[float, ...]:
-        """a_1..a_Kmax: each position's decayed kept / tested, with its prior's weight added (the
-        prior of a_1 is PRIOR_A, of a_i the estimate a_(i-1))."""
-        out, prior = [], PRIOR_A
-        for kept, tested in zip(self.kept, self.tested):
-            prior = (kept + PRIOR_WEIGHT * prior) / (tested + PRIOR_WEIGHT)
-            out.append(prior)
-        return tuple(out)
+    def shares(self) -> tuple[Shares, Shares]:
+        """(a, e) per depth and rank: the decayed counts with the prior's weight added."""
+        ranks = range(len(self.kept[0]))
+        return (_estimates(self.kept, tuple(PRIOR_A for _ in ranks)),
+                _estimates(self.given, tuple(PRIOR_BRANCH ** r for r in ranks)))
 
     def plan(self, limit: int) -> DraftPlan:
-        """The K in 0..min(limit, K_max) with the most expected tokens per ms, and what it was chosen from."""
-        a = self.acceptance()
+        """The chain of K in 0..min(limit, K_max), or the tree at most that deep, with the most expected
+        tokens per ms, and what it was chosen from."""
+        a, e = self.shares()
         costs = self.costs if not self.rests else replace(self.costs, rest=statistics.median(self.rests))
-        tokens = tuple(expected_tokens(a, k) for k in range(self.k_max + 1))
-        ms = tuple(costs.round_ms(k) for k in range(self.k_max + 1))
-        best = max(range(min(limit, self.k_max) + 1), key=lambda k: (tokens[k] / ms[k], -k))  # a tie: fewer drafts
-        return DraftPlan(k=best, acceptance=a, evidence=tuple(self.tested), tokens=tokens, ms=ms)
+        chains = [forecast(a, e, 1, k, k, costs) for k in range(self.k_max + 1)]
+        depth = min(limit, self.k_max)
+        trees = tuple(TreeOption(w, n, *forecast(a, e, w, n, depth, costs)) for w, n in self.shapes) if depth else ()
+        options = [(1, k, *chains[k]) for k in range(depth + 1)] + [(t.width, t.budget, t.tokens, t.ms) for t in trees]
+        width, most, _, _ = max(options, key=lambda o: (o[2] / o[3], -o[1]))  # a tie: fewer drafts
+        later = bool(self.shapes)  # the second and later children: a tree drafter's only
+        return DraftPlan(k=most if width == 1 else depth, acceptance=tuple(row[0] for row in a),
+                         evidence=tuple(row[0].tries for row in self.kept), tokens=tuple(t for t, _ in chains),
+                         ms=tuple(ms for _, ms in chains), width=width, budget=0 if width == 1 else most,
+                         siblings=tuple(row[1:] for row in a) if later else (),
+                         branching=tuple(row[1:] for row in e) if later else (), trees=trees)
 
     def update(self, r: RoundTrace) -> None:
-        """Decay every count, then count the round's tested drafts (a tree round teaches nothing here)."""
-        self.kept = [DECAY * x for x in self.kept]
-        self.tested = [DECAY * x for x in self.tested]
+        """Decay every count, then count what the round's drafts showed: a chain's tested positions, and
+        every expanded node of a tree."""
+        for share in (s for row in self.kept + self.given for s in row):
+            share.decay()
         self.rests = (self.rests + [1e3 * (r.times.total - r.times.forward)])[-REST_ROUNDS:]
-        if r.tree is not None:
+        if r.tree is None:
+            for d, p in enumerate(r.positions[:self.k_max]):
+                if p.tested:
+                    self.kept[d][0].add(p.status == ACCEPTED)
             return
-        for i, p in enumerate(r.positions[:self.k_max]):
-            if p.tested:
-                self.tested[i] += 1
-                self.kept[i] += p.status == ACCEPTED
+        nodes, width = r.tree.nodes, min(r.tree.width, len(self.kept[0]))
+        kids = children([n.parent for n in nodes])
+        # a full tree's last parents may have lost later children to the budget, not to a sure draft
+        cut = max(n.depth for n in nodes) - 1 if len(nodes) - 1 >= r.tree.budget else -1
+        for j, node in enumerate(nodes):
+            if not kids[j] or node.depth >= self.k_max:
+                continue
+            for rank in range(1 if node.depth == cut else width):
+                self.given[node.depth][rank].add(rank < len(kids[j]))
+            for rank, child in enumerate(kids[j][:width]):
+                if nodes[child].status in TESTED:
+                    self.kept[node.depth][rank].add(nodes[child].status == ACCEPTED)

@@ -47,7 +47,7 @@ class DrafterKind:
     make: Callable[[Making], Drafter]
     help: str = ""             # what the name does not say, for the command line's help
     in_app: bool = True        # offered by the app (verifier only runs beside the others in Compare)
-    paced: bool = False        # an adaptive run chooses its K each round (specdec.decode.pacing); others ignore it
+    paced: bool = False        # an adaptive run chooses its K (a tree: its shape) each round (specdec.decode.pacing)
 
 
 def _model(m: Making) -> Drafter:
@@ -64,13 +64,14 @@ def _tree(m: Making) -> Drafter:
     shape, _ = resolve(m.pair, replace(m.cfg, tree_width=m.tree[0], tree_nodes=m.tree[1]))
     if shape.tree_width == 1:  # width 1 is the chain: the chain drafter drafts it (N does not apply)
         return _model(m)
+    # an adaptive run's drafter is reshaped before each round; it starts at the largest shape the run may choose
     return TreeDrafter(m.pair.draft, m.pair.vocab_size, m.clock, shape.tree_width, shape.tree_nodes, m.stop_ids)
 
 
 MODEL = DrafterKind("model", "draft model", True, _model, paced=True)
 HYBRID = DrafterKind("hybrid", "lookup, else model", True, _hybrid,
                      help="prompt lookup where it matches, the model elsewhere", paced=True)
-TREE = DrafterKind("tree", "model, as a token tree", True, _tree, help="the model drafting token trees")
+TREE = DrafterKind("tree", "model, as a token tree", True, _tree, help="the model drafting token trees", paced=True)
 LOOKUP = DrafterKind("lookup", "prompt lookup", False,
                      lambda m: LookupDrafter(m.pair.vocab_size, hidden=m.hidden, device=m.pair.device))
 VERIFIER_ONLY = DrafterKind("none", "verifier only", False, lambda m: NoDrafter(m.pair.vocab_size, m.pair.device),

@@ -13,7 +13,7 @@ from specdec.decode.drafters import Drafter
 from specdec.decode.engine import Generation, stop_ids_of
 from specdec.decode.pacing import Pacer, RoundCosts
 from specdec.decode.registry import DRAFTERS, LOOKUP, MODEL, TREE, Making
-from specdec.decode.tree_shape import machine_costs, resolve
+from specdec.decode.tree_shape import candidates, machine_costs, resolve
 from specdec.model.qwen2 import LeanQwen2
 from specdec.model.devices import Clock
 from specdec.options import ConfigError, DecodeConfig
@@ -30,16 +30,16 @@ def start(pair, prompt: str, cfg: DecodeConfig, drafter: str = MODEL.name, chat:
 
 def make_pacer(pair, cfg: DecodeConfig, drafter: str) -> Pacer | None:
     """The pacer of an adaptive run (:mod:`specdec.decode.pacing`), its costs timed on this machine
-    (once, then cached); None where the run is not adaptive or its drafter is not paced (the tree
-    drafter chooses its shape once per run, prompt lookup drafts without a forward, verifier only
-    drafts nothing)."""
-    if not cfg.adaptive or not DRAFTERS[drafter].paced:  # the tree chooses its shape once per run; lookup drafts free
+    (once, then cached); for the tree drafter, it weighs the tree shapes of the run's W and N
+    (:func:`specdec.decode.tree_shape.candidates`) beside the chains. None where the run is not adaptive
+    or its drafter is not paced (prompt lookup drafts without a forward, verifier only drafts nothing)."""
+    if not cfg.adaptive or not DRAFTERS[drafter].paced:
         return None
     if not (isinstance(pair.target, LeanQwen2) and isinstance(pair.draft, LeanQwen2)):
         raise ConfigError("adaptive needs the lean Qwen2 forward in both models (Qwen2 models on the CPU), "
                           "to time this machine's costs", "adaptive")
     with torch.inference_mode():
-        return Pacer(RoundCosts.of_machine(machine_costs(pair)), cfg.k)
+        return Pacer(RoundCosts.of_machine(machine_costs(pair)), cfg.k, candidates(cfg) if drafter == TREE.name else ())
 
 
 def make_drafter(kind: str, pair, clock: Clock | None = None, hidden: tuple[bool, ...] = (),

@@ -129,6 +129,7 @@ class TreeDrafter(Drafter):
         start = len(self.cache)  # == len(context): the root is cached now
         q, (sure, counts, tops) = self._q(logits, sampling, noise)
         rows[0], frontier, stopped = q[0], [0], DraftStop.LIMIT
+        row_sure = {0: sure[0]}  # per expanded node: the confidence its children were drawn with
         for depth in range(1, k + 1):
             # how many children each frontier node gets is decided before any is drawn (see the docstring)
             planned = []
@@ -168,8 +169,8 @@ class TreeDrafter(Drafter):
             logits = self.cache.forward_tree([tokens[j] for j in expand], att)         # (W, V)
             forward_s += self.clock() - t0
             q, (sure, counts, tops) = self._q(logits, sampling, noise)  # expand is sorted best first
-            for j, row in zip(expand, q):
-                rows[j] = row
+            for j, row, c in zip(expand, q, sure):
+                rows[j], row_sure[j] = row, c
             frontier = expand
         # renumber depth-first: the verifier then reads the first-child path's keys without a copy
         order = depth_first(parents)
@@ -178,7 +179,9 @@ class TreeDrafter(Drafter):
         none = torch.zeros(V, device=rows[0].device)
         probs = torch.stack([rows[j] if rows[j] is not None else none for j in order])  # (N+1, V)
         self._fed = (start, [fed[j] for j in order])
-        return Proposal(tuple(parents), tuple(tokens[j] for j in order), probs, forward_s, stopped,
+        # a width-1 tree is a chain: each token with the confidence the chain's test reads (its row's)
+        confidence = tuple(row_sure[j - 1] for j in range(1, len(parents))) if W == 1 else ()
+        return Proposal(tuple(parents), tuple(tokens[j] for j in order), probs, forward_s, stopped, confidence,
                         path_q=tuple(path_q[j] for j in order), width=W, budget=self.nodes)
 
     def _q(self, logits: torch.Tensor, sampling: SamplingConfig, noise: float):
@@ -221,6 +224,9 @@ class TreeDrafter(Drafter):
         got = host_read(*drawn, *(rows[j][d] for (_, j, _), d in zip(planned, drawn)))
         half = len(got) // 2
         return [int(x) for x in got[:half]], got[half:]
+
+    def reshape(self, width: int, nodes: int) -> None:
+        self.width, self.nodes = width, nodes
 
     def keep_path(self, path: list[int]) -> None:
         """Keep the draft cache's entries of the accepted path (those it fed: a prefix of it)."""

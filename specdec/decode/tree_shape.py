@@ -49,6 +49,8 @@ CONTEXT = 100
 # timed forwards per row count, the fastest kept: the prediction is a quiet machine's, and a median
 # timed on a busy one would stay wrong in the cache
 REPS = 5
+# the tree shapes measured for tree_shapes.json (benchmarks/trees.py), and those an adaptive run weighs
+WIDTHS, BUDGETS = (2, 3), (8, 12, 20)
 OVERHEAD_SHAPES = ((1, 6), (2, 8))  # (W, N) of the short runs whose rounds give the work besides the forwards
 _MEASURING = threading.Lock()
 
@@ -171,11 +173,29 @@ def default_shape(pair, k: int = 6, sampling: SamplingConfig | None = None) -> t
         return choose(data["shapes"].get(temperature, []), machine_costs(pair), k)
 
 
+def candidates(cfg: DecodeConfig) -> tuple[tuple[int, int], ...]:
+    """The tree shapes (W, N) an adaptive run weighs before each round besides the chains
+    (:mod:`specdec.decode.pacing`): those of WIDTHS x BUDGETS within the run's W and N (0: any), and
+    that shape itself; none where W is 1."""
+    width, nodes = cfg.tree_width or max(WIDTHS), cfg.tree_nodes or max(BUDGETS)
+    grid = {(w, n) for w in WIDTHS for n in BUDGETS if w <= width and n <= nodes} | {(width, nodes)}
+    return tuple(sorted(grid)) if width > 1 else ()
+
+
 def resolve(pair, cfg: DecodeConfig) -> tuple[DecodeConfig, str]:
     """``cfg`` with its tree shape filled in (what actually runs), and why that shape: the one place
     the shape is decided, before the run (:func:`specdec.decode.start.start`), so that
-    every entry point records the shape that ran."""
+    every entry point records the shape that ran. An adaptive run records the largest shape it may
+    choose, of which :func:`candidates` gives back the same shapes."""
     require_lean(pair)
+    if cfg.adaptive:
+        shapes = candidates(cfg)
+        ran = replace(cfg, tree_width=max((w for w, _ in shapes), default=1),
+                      tree_nodes=max((n for _, n in shapes), default=cfg.k))
+        trees = "; ".join(f"W = {w}, N = " + ", ".join(str(n) for v, n in shapes if v == w)
+                          for w in sorted({w for w, _ in shapes})) or "none (W = 1)"
+        return ran, (f"chosen before each round by Adaptive K, from this run's acceptance and this machine's timed "
+                     f"costs: a plain verifier step, a chain of up to K = {cfg.k} drafts or a tree ({trees})")
     if cfg.tree_width and cfg.tree_nodes:
         return cfg, f"W = {cfg.tree_width}, N = {cfg.tree_nodes}: requested"
     width, nodes, why = default_shape(pair, cfg.k, cfg.sampling)

@@ -237,8 +237,8 @@ def _settings_line(r: RoundTrace, settings, greedy: bool) -> str:
         out += [f"top-k {s.top_k}"] * bool(s.top_k) + [f"top-p {s.top_p:g}"] * (s.top_p < 1) + [f"seed {d.seed}"]
     out += [_draft_stop(r, d.k, d.confidence)] * bool(d.confidence or r.draft_stop == DraftStop.CONFIDENCE)
     drafter = DRAFTERS[settings.drafter].label
-    if settings.drafter == TREE.name and (r.tree is None or r.tree.width == 1):  # the chain drafter drafted W = 1
-        drafter += " (ran as a chain: W = 1)"
+    if settings.drafter == TREE.name and (r.tree is None or r.tree.width == 1):  # a chain: W = 1, or Adaptive K's choice
+        drafter += " (this round a chain, chosen by Adaptive K)" if r.plan is not None else " (ran as a chain: W = 1)"
     out.append(f"drafter: {drafter}")
     m = settings.models
     out.append(f"verifier {m.target.removeprefix('embedded:')} ({m.precision})")

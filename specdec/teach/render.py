@@ -134,20 +134,34 @@ def draft_stop_text(r: RoundTrace, k: int, confidence: float, quote=repr) -> str
 
 
 def plan_text(plan: DraftPlan) -> str:
-    """Why an adaptive round asked for ``plan.k`` drafts (:mod:`specdec.decode.pacing`), from the
-    numbers it chose by: a clause, for the Step tab and the Run tab's round details."""
+    """Why an adaptive round drafted what it did (:mod:`specdec.decode.pacing`), from the numbers it chose
+    by: a clause, for the Step tab and the round's figure. A tree drafter's round weighed trees too."""
     rate = [1e3 * t / ms for t, ms in zip(plan.tokens, plan.ms)]  # predicted tokens per second of each K
+    tree = max(plan.trees, key=lambda t: t.tokens / t.ms, default=None)  # the best tree weighed
+    trees = "" if tree is None else (f"the best tree, W = {tree.width}, N = {tree.budget}, {tree.tokens:.2f} tokens in "
+                                     f"{tree.ms:.0f} ms, {1e3 * tree.tokens / tree.ms:.1f} tokens/s")
     if plan.k == 0:
         best = max(range(1, len(rate)), key=rate.__getitem__)
         return (f"at {plan.acceptance[0]:.0%} acceptance of a first draft here, a draft costs more than it returns. "
                 f"A plain verifier step is predicted to give 1 token in {plan.ms[0]:.0f} ms ({rate[0]:.1f} tokens/s), "
                 f"the best draft, K = {best}, {plan.tokens[best]:.2f} tokens in {plan.ms[best]:.0f} ms "
-                f"({rate[best]:.1f} tokens/s), from this run's acceptance and this machine's timed forwards")
+                f"({rate[best]:.1f} tokens/s){f', {trees}' if tree else ''}, from this run's acceptance and this "
+                "machine's timed forwards")
     kept = ", ".join(f"a{i + 1} = {a:.2f}" for i, a in enumerate(plan.acceptance[:plan.k]))
-    return (f"at this run's acceptance so far ({kept}), {plural(plan.k, 'draft is', 'drafts are')} predicted to give "
-            f"{plan.tokens[plan.k]:.2f} tokens in {plan.ms[plan.k]:.0f} ms ({rate[plan.k]:.1f} tokens/s), the most "
-            f"of any K from 0 (a plain verifier step, {rate[0]:.1f} tokens/s) to {len(rate) - 1}, by this machine's "
-            "timed forwards")
+    if plan.width == 1:
+        return (f"at this run's acceptance so far ({kept}), {plural(plan.k, 'draft is', 'drafts are')} predicted to "
+                f"give {plan.tokens[plan.k]:.2f} tokens in {plan.ms[plan.k]:.0f} ms ({rate[plan.k]:.1f} tokens/s), the "
+                f"most of any K from 0 (a plain verifier step, {rate[0]:.1f} tokens/s) to {len(rate) - 1}"
+                f"{f' and any tree weighed ({trees})' if tree else ''}, by this machine's timed forwards")
+    chosen = next(t for t in plan.trees if (t.width, t.budget) == (plan.width, plan.budget))
+    second = ", ".join(f"{row[0]:.2f}" for row in plan.siblings[:plan.k])
+    best = max(range(len(rate)), key=rate.__getitem__)
+    chain = f"K = {best}" if best else "a plain verifier step"
+    return (f"at this run's acceptance so far (first children {kept}; second children kept {second}, by depth), a tree "
+            f"of W = {plan.width}, N = {plan.budget}, {plan.k} deep, is predicted to give {chosen.tokens:.2f} tokens in "
+            f"{chosen.ms:.0f} ms ({1e3 * chosen.tokens / chosen.ms:.1f} tokens/s), the most of the "
+            f"{plural(len(plan.trees), 'tree', 'trees')} weighed and of the chains (the best, {chain}, "
+            f"{rate[best]:.1f} tokens/s), by this machine's timed forwards")
 
 
 # A forward measured this many times slower than this machine's timed forwards predict is called busy.

@@ -5,7 +5,7 @@ did to the tree and the two caches (SpecInfer, Miao et al. 2023; recursive rejec
 from __future__ import annotations
 
 from specdec.decode.proposal import children
-from specdec.teach.render import DASH, draft_depth, plural, verify_cost_text
+from specdec.teach.render import DASH, draft_depth, plan_text, plural, verify_cost_text
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, DraftStop, RoundTrace
 
 AGAINST, R_X, Q_RENORM, RATIO, U = "tested against", "r(x)", "q′(x)", "ratio r(x)/q′(x)", "u"
@@ -114,12 +114,13 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
         how = "q's top tokens" if greedy else "draws from q without replacement, in draw order"
         stop = DraftStop(r.draft_stop).tree_text.format(k=k, depth=depth, budget=t.budget,
                                                           threshold=f"{confidence:g}")
+        paced = "" if r.plan is None else f" Adaptive K chose this shape before the round: {plan_text(r.plan)}."
         return (f"**Draft.** The draft model grew a token tree from the last context token, the root "
                 f"({quote(nodes[0].text)}). Depth by depth it expanded the W = {t.width} most probable nodes (by path "
                 f"probability, the product of q along the path) in one batched forward, each row seeing the context "
                 f"and its own ancestors, and gave each up to W children: {how}, as many as it takes to cover most of "
                 f"q (one where the draft is sure). {plural(n, 'node', 'nodes')} in {plural(depth, 'depth', 'depths')}; "
-                f"{stop}. Nothing is committed yet: the verifier will keep at most one path of it.")
+                f"{stop}.{paced} Nothing is committed yet: the verifier will keep at most one path of it.")
     if phase == "verify":
         return (f"**Verify.** One verifier forward read all {n + 1} tree rows at once, the root and the "
                 f"{plural(n, 'node', 'nodes')}, under the tree attention mask below: each row sees the context and its "

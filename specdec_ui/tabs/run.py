@@ -126,14 +126,15 @@ def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 
     if s.drafted and trees:
         tested = sum(r.tested for r in rounds)
         depth = sum(draft_depth(r) for r in rounds) / s.rounds
+        shape = (f"W = {trees[-1].width} children per expanded node at most, N = {trees[-1].budget} nodes at most"
+                 if all(r.plan is None for r in rounds) else
+                 f"{len(trees)} of the {s.rounds} rounds a tree, each round's shape chosen by Adaptive K")
         lines += [f"**a = {s.accepted / tested if tested else 0:.2f}** = steps down the tree kept / tried = "
                   f"{s.accepted} / {tested} (one try per depth the walk reaches, a success when one of the node's "
                   "children is kept; this is the a of the theory curve)",
                   _tokens_per_round(s, rounds, "path nodes kept"),
                   f"**{s.drafted / s.rounds:.2f} nodes drafted per round** on average, at most one path of them "
-                  f"kept, **{depth:.2f} deep** (W = "
-                  f"{trees[-1].width} children per expanded node at most, N = {trees[-1].budget} nodes at most, K = "
-                  "the most depth; the theory curve uses each tree's depth)"]
+                  f"kept, **{depth:.2f} deep** ({shape}, K = the most depth; the theory curve uses each tree's depth)"]
     elif s.drafted:
         stats = round_stats(rounds)
         tested = sum(r.tested for r in rounds)

@@ -168,3 +168,30 @@ def test_the_tree_drafter_emits_the_verifier_distribution():
     assert siblings_tested > runs / 4  # a second sibling was tested after a rejection, often
     for i in range(n):
         assert tv(counts[i] / runs, exact[i]) <= noise_bound(exact[i], runs), f"token {i}"
+
+
+def test_a_paced_tree_run_emits_the_verifier_distribution():
+    """Adaptive K choosing each round's tree shape, chain or plain step from the rounds before it (costs
+    given, never timed): the choice depends on the past only, so each emitted token is still distributed
+    as the verifier's exact marginal, whichever shapes the seeds' runs went through."""
+    from specdec.decode.pacing import Pacer, RoundCosts
+    from specdec.decode.tree_shape import candidates
+    target = tiny.model(1, scale=6)
+    pair = tiny.pair(tiny.lean(target), tiny.lean(tiny.noisy_copy(target, 2, 0.5), batch_invariant=False))
+    pair.stop_ids = frozenset()
+    sampling = SamplingConfig(0.8, top_k=20, top_p=0.95)
+    # rows dear enough that a round's outcome moves the choice between a tree, a chain and a plain step
+    costs = RoundCosts({1: 40.0, 7: 58.0, 13: 76.0}, draft=12.0, rest=2.0, draft_row=1.0)
+    prompt, n, runs = tiny.prompt_ids(5), 4, 600
+    exact = _exact_marginals(target, prompt, sampling, n)
+    counts, chosen = torch.zeros(n, tiny.V), set()
+    for seed in range(runs):
+        cfg = DecodeConfig(max_new_tokens=n, k=2, confidence=0.0, seed=seed, sampling=sampling, adaptive=True)
+        gen = Generation(pair, prompt, cfg, make_drafter("tree", pair, cfg=cfg),
+                         pacer=Pacer(costs, cfg.k, candidates(cfg))).run()
+        chosen |= {(r.plan.width, r.plan.asked) for r in gen.rounds[1:]}
+        for i, tok in enumerate(gen.token_ids):
+            counts[i, tok] += 1
+    assert {w > 1 for w, _ in chosen} == {True, False} and (1, 0) in chosen  # trees, chains and plain steps
+    for i in range(n):
+        assert tv(counts[i] / runs, exact[i]) <= noise_bound(exact[i], runs), f"token {i}"

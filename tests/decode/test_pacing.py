@@ -2,37 +2,56 @@
 learning from rounds, and that a paced run stays lossless. Costs are given, never timed, so every
 round's choice is reproducible."""
 import json
+from types import SimpleNamespace
 
 import pytest
 from helpers import tiny
 
 from specdec import DecodeConfig, Generation, make_drafter
-from specdec.decode.pacing import DECAY, PRIOR_A, Pacer, RoundCosts, expected_tokens
+from specdec.decode.pacing import DECAY, PRIOR_A, Pacer, RoundCosts, forecast
 from specdec.decode.start import make_pacer
+from specdec.decode.tree_shape import candidates
 from specdec.options import ConfigError
-from specdec.trace import DraftStop, TraceFile
+from specdec.trace import ACCEPTED, REJECTED, ROOT, UNTESTED, DraftStop, TraceFile
 
 # a CPU-like round: the verifier's forward costs 40 ms at one row and 3 ms per extra row,
 # a draft forward 12 ms, the rest of the round 2 ms
 CPU = RoundCosts({1: 40.0, 7: 58.0, 13: 76.0}, draft=12.0, rest=2.0)
 
 
-def test_expected_tokens_is_one_plus_the_chance_of_reaching_each_position():
-    assert expected_tokens([0.5, 0.5, 0.5], 0) == 1
-    assert expected_tokens([0.5, 0.5, 0.5], 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
-    assert expected_tokens([1.0, 0.0, 1.0], 3) == 2  # nothing is reached past a sure rejection
+def test_a_chains_forecast_is_one_plus_the_chance_of_reaching_each_position_and_its_forwards():
+    a, e = ((0.5,), (0.5,), (0.5,)), ((1.0,),) * 3
+    assert forecast(a, e, 1, 0, 0, CPU) == (1, 40 + 2)  # K = 0: a plain verifier step
+    tokens, ms = forecast(a, e, 1, 3, 3, CPU)
+    assert tokens == pytest.approx(1 + 0.5 + 0.25 + 0.125) and ms == pytest.approx(3 * 12 + 49 + 2)
+    assert forecast(((1.0,), (0.0,), (1.0,)), e, 1, 3, 3, CPU)[0] == 2  # nothing is reached past a sure rejection
+
+
+def test_a_trees_forecast_sums_the_chance_of_keeping_each_path_and_verifies_the_nodes_e_drafts():
+    """Width 2, depth 2: the root's two children, then two each; the budget stops the drafter mid-depth."""
+    a, e = ((0.5, 0.3), (0.4, 0.2)), ((1.0, 0.5), (1.0, 0.5))
+    costs = RoundCosts({1: 10.0, 11: 20.0}, draft=2.0, rest=1.0, draft_row=1.0)  # 1 ms per row verified or drafted
+    # a node's chance to be kept once its parent was: drafted, its elder sibling rejected, itself kept
+    first, second = 0.5, 0.5 * (1 - 0.5) * 0.3                     # depth 1
+    deep_first, deep_second = 0.4, 0.5 * (1 - 0.4) * 0.2           # depth 2
+    tokens, ms = forecast(a, e, 2, 10, 2, costs)
+    assert tokens == pytest.approx(1 + first + second + (first + second) * (deep_first + deep_second))
+    rows = 1 + 1 + 0.5 + 1 + 0.5 + 0.5 + 0.25                     # the root, then each node's chance to be drafted
+    assert ms == pytest.approx(2 + (2 + 0.5) + (10 + (rows - 1)) + 1)  # draft forwards over 1 and 1.5 rows, t(rows), rest
+    tokens, ms = forecast(a, e, 2, 3, 2, costs)                        # room for 3 nodes: the 4th is not drafted
+    assert tokens == pytest.approx(1 + first + second + first * (deep_first + deep_second))
+    assert ms == pytest.approx(2 + 2.5 + (10 + 3) + 1)
 
 
 def test_round_cost_interpolates_the_timed_rows_and_extends_the_last_slope():
     assert CPU.forward(1) == 40 and CPU.forward(4) == pytest.approx(49) and CPU.forward(16) == pytest.approx(85)
-    assert CPU.round_ms(0) == 42 and CPU.round_ms(3) == pytest.approx(3 * 12 + 49 + 2)
+    assert RoundCosts(CPU.verify, draft=12.0, draft_row=1.5).drafting(3) == 15
     with pytest.raises(ValueError, match="L = 1"):
         RoundCosts({7: 5.0, 13: 6.0}, draft=1.0)
 
 
 def _paced(kept_per_round: list[int], k_max: int = 6, costs: RoundCosts = CPU) -> Pacer:
     """A pacer that has seen rounds keeping these many drafts of ``k_max`` (the next one rejected)."""
-    from types import SimpleNamespace
     pacer = Pacer(costs, k_max)
     for kept in kept_per_round:
         positions = [SimpleNamespace(tested=i <= kept, status="accepted" if i < kept else "rejected")
@@ -58,11 +77,10 @@ def test_a_free_draft_drafts_even_at_low_acceptance_and_a_costly_one_does_not():
 
 
 def test_the_prior_decides_the_first_round_and_the_counts_decay():
-    from types import SimpleNamespace
     first = Pacer(CPU, 4).plan(4)
     assert first.acceptance == (PRIOR_A,) * 4 and first.evidence == (0.0,) * 4
     pacer = _paced([4, 4])
-    assert pacer.tested[0] == pytest.approx(1 + DECAY)
+    assert pacer.kept[0][0].tries == pytest.approx(1 + DECAY)
     # a run that stopped drafting drifts back to the prior and tries again
     stopped = _paced([0] * 12)
     assert stopped.plan(6).k == 0
@@ -78,6 +96,68 @@ def test_plan_says_what_each_k_was_expected_to_return_and_cost():
     assert plan.ms[0] == pytest.approx(40 + 5)  # then the run's own rounds' 5 ms besides their forwards
     rates = [t / m for t, m in zip(plan.tokens, plan.ms)]
     assert rates[plan.k] == max(rates)
+
+
+# a CPU where verifying and drafting more rows is cheap (AVX-512 with VNNI or AMX): a tree's extra rows cost little
+FLAT = RoundCosts({1: 40.0, 7: 43.0, 13: 46.0, 25: 52.0}, draft=4.0, rest=2.0, draft_row=0.5)
+SHAPES = candidates(DecodeConfig())
+TIMES = SimpleNamespace(total=0.006, forward=0.001)
+
+
+def _tree_round(kept_rank: int | None, depth: int = 4, width: int = 2):
+    """A tree round with ``width`` children at each depth down one path, where the child of rank
+    ``kept_rank`` (0: the first) is kept and expanded; None: every child of the root rejected."""
+    def status(rank):
+        return REJECTED if kept_rank is None or rank < kept_rank else ACCEPTED if rank == kept_rank else UNTESTED
+    nodes, parent = [SimpleNamespace(parent=-1, depth=0, status=ROOT)], 0
+    for d in range(1, depth + 1):
+        nodes += [SimpleNamespace(parent=parent, depth=d, status=status(rank)) for rank in range(width)]
+        if kept_rank is None:
+            break
+        parent = len(nodes) - width + kept_rank
+    return SimpleNamespace(tree=SimpleNamespace(nodes=tuple(nodes), width=width, budget=12), positions=(), times=TIMES)
+
+
+def _tree_paced(rounds) -> Pacer:
+    pacer = Pacer(FLAT, 4, SHAPES)
+    for r in rounds:
+        pacer.update(r)
+    return pacer
+
+
+def test_the_pacer_grows_a_tree_where_second_children_are_kept_and_falls_back_to_a_chain_or_to_nothing():
+    """Constructed rounds, given costs: a tree where the draft's second guess is the verifier's token, the
+    chain of K where its first guess is and its second is not, a plain verifier step where neither is;
+    then a prompt that changes character (the first guess right from now on) is followed within tens of
+    rounds."""
+    second = _tree_paced([_tree_round(1)] * 20)
+    plan = second.plan(4)
+    assert plan.width > 1 and plan.budget in (n for _, n in SHAPES) and plan.k == 4
+    assert plan.acceptance[0] < 0.1 < 0.9 < plan.siblings[0][0] and len(plan.trees) == len(SHAPES)
+    first = _tree_paced([_tree_round(0)] * 20).plan(4)
+    assert (first.width, first.k) == (1, 4)
+    # half the first children kept, and the second and third children tested when they are not, never kept
+    missed = _tree_paced([_tree_round(0, width=3), _tree_round(None, width=3)] * 20).plan(4)
+    assert (missed.width, missed.k) == (1, 4) and missed.siblings[0][0] < 0.2
+    assert _tree_paced([_tree_round(None)] * 20).plan(4).k == 0
+    assert _tree_paced([_tree_round(1)] * 20).plan(2).k == 2  # never deeper than the budget allows
+    kept = SimpleNamespace(tree=None, positions=[SimpleNamespace(tested=True, status=ACCEPTED)] * 4, times=TIMES)
+    for _ in range(60):
+        second.update(kept)
+    assert (second.plan(4).width, second.plan(4).k) == (1, 4)
+
+
+def test_a_tree_round_counts_each_tested_child_by_depth_and_rank_and_the_children_each_node_was_given():
+    def counts(table):  # (hits, tries) of the first two ranks at the first two depths
+        return [[(s.hits, s.tries) for s in row[:2]] for row in table[:2]]
+    second = _tree_paced([_tree_round(1, depth=2)])
+    assert counts(second.kept) == [[(0, 1), (1, 1)], [(0, 1), (1, 1)]]
+    assert counts(second.given) == [[(1, 1), (1, 1)], [(1, 1), (1, 1)]]
+    first = _tree_paced([_tree_round(0, depth=2)])
+    assert counts(first.kept) == [[(1, 1), (0, 0)], [(1, 1), (0, 0)]]  # a sibling after a kept one: untested
+    full = _tree_round(1, depth=2)
+    full.tree.budget = 4  # the budget was spent: the last depth's parents may have lost children to it
+    assert counts(_tree_paced([full]).given) == [[(1, 1), (1, 1)], [(1, 1), (0, 0)]]
 
 
 def _tiny_pair(noise: float):
@@ -123,11 +203,29 @@ def test_a_paced_trace_reads_back_with_its_plans():
         TraceFile.from_json(json.dumps(data))
 
 
-@pytest.mark.parametrize("drafter", ["tree", "lookup", "none"])
+@pytest.mark.parametrize("drafter", ["lookup", "none"])
 def test_the_drafters_that_choose_k_otherwise_ignore_adaptive(drafter):
     pair = _tiny_pair(0.6)
     assert make_pacer(pair, DecodeConfig(adaptive=True), drafter) is None
     assert make_pacer(pair, DecodeConfig(), "model") is None
+
+
+def test_the_tree_drafters_pacer_weighs_the_measured_shapes_within_the_runs_w_and_n(monkeypatch):
+    import specdec.decode.start
+    from specdec.decode.start import start
+    timed = {"verify_ms": {"1": 40.0, "7": 58.0}, "draft_ms": {"1": 12.0, "4": 18.0}, "draft": [10.0, 2.0],
+             "round": 2.0}
+    monkeypatch.setattr(specdec.decode.start, "machine_costs", lambda pair: timed)
+    pair = _lean_pair(0.3)
+    pacer = make_pacer(pair, DecodeConfig(adaptive=True), "tree")
+    assert pacer.shapes == SHAPES and pacer.costs == RoundCosts({1: 40.0, 7: 58.0}, 12.0, 2.0, draft_row=2.0)
+    assert make_pacer(pair, DecodeConfig(adaptive=True), "model").shapes == ()
+    assert candidates(DecodeConfig(tree_width=2, tree_nodes=10)) == ((2, 8), (2, 10))
+    assert candidates(DecodeConfig(tree_width=1)) == ()
+    # the run records the largest shape it may choose, which gives back the same shapes
+    gen = start(pair, "w1 w2", DecodeConfig(adaptive=True, tree_nodes=12, max_new_tokens=4), "tree", chat=False)
+    assert (gen.cfg.tree_width, gen.cfg.tree_nodes) == (3, 12) and "Adaptive K" in gen.tree_shape
+    assert gen.pacer.shapes == candidates(gen.cfg) == ((2, 8), (2, 12), (3, 8), (3, 12))
 
 
 def test_adaptive_needs_the_lean_forward_to_time_its_costs():
@@ -135,6 +233,71 @@ def test_adaptive_needs_the_lean_forward_to_time_its_costs():
     with pytest.raises(ConfigError, match="lean Qwen2") as e:
         make_pacer(pair, DecodeConfig(adaptive=True), "model")
     assert e.value.field == "adaptive"
+
+
+def _lean_pair(noise: float):
+    hf = tiny.model(0, scale=4)
+    return tiny.pair(tiny.lean(hf), tiny.lean(tiny.noisy_copy(hf, 1, noise), batch_invariant=False))
+
+
+def _paced_tree_run(noise: float, n: int = 40, temperature: float = 0.0) -> tuple[Generation, Generation]:
+    """A paced tree run on rows as cheap as FLAT's, and verifier-only beside it."""
+    from specdec.options import SamplingConfig
+    pair, ids = _lean_pair(noise), tiny.prompt_ids(8, seed=11)
+    cfg = DecodeConfig(max_new_tokens=n, k=4, ignore_eos=True, adaptive=True, confidence=0.0,
+                       sampling=SamplingConfig(temperature))
+    gen = Generation(pair, ids, cfg, make_drafter("tree", pair, cfg=cfg), pacer=Pacer(FLAT, cfg.k, SHAPES)).run()
+    return gen, Generation(pair, ids, cfg, make_drafter("none", pair)).run()
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.3, 3.0])
+def test_a_paced_tree_run_is_the_verifiers_greedy_output_and_drafts_each_rounds_plan(noise):
+    """Noise 3 makes an unrelated draft: the first rounds grow the prior's tree, then it drafts little or
+    nothing; the better drafts grow trees and chains as their rounds teach it."""
+    gen, baseline = _paced_tree_run(noise)
+    assert gen.token_ids == baseline.token_ids
+    for r in gen.rounds:
+        assert r.drafted <= r.plan.asked
+        if r.tree is not None:
+            assert (r.tree.width, r.tree.budget) == (r.plan.width, r.plan.budget)
+            assert max(n.depth for n in r.tree.nodes) <= r.plan.k
+        else:  # a chain, with the confidence each draft had, as the chain drafter's
+            assert r.plan.width == 1 and len(r.positions) <= r.plan.k
+            assert all(0 < p.confidence <= 1 for p in r.positions)
+    assert gen.rounds[0].plan.width > 1                                   # the prior: a tree pays on these costs
+    if noise == 3.0:
+        assert any(r.plan.k == 0 and r.draft_stop == DraftStop.PACED for r in gen.rounds)
+    else:
+        assert any(r.tree is not None and r.n_accepted for r in gen.rounds)
+
+
+def test_a_paced_tree_trace_reads_back_and_a_format_7_plan_reads_as_a_chains():
+    gen, _ = _paced_tree_run(3.0, n=16, temperature=0.8)
+    assert {r.plan.width > 1 for r in gen.rounds} == {True, False}
+    raw = TraceFile({}, tuple(gen.rounds), gen.prefill_s, gen.text, gen.stop_reason).to_json()
+    assert TraceFile.from_json(raw).rounds == tuple(gen.rounds)
+    data = json.loads(raw)
+    data["format"] = 7
+    for d in data["rounds"]:
+        for name in ("width", "budget", "siblings", "branching", "trees"):
+            del d["plan"][name]
+    assert all(r.plan.width == 1 and r.plan.trees == () for r in TraceFile.from_json(json.dumps(data)).rounds)
+
+
+def test_the_step_text_says_which_tree_a_round_drafted_and_why():
+    from specdec.teach.render import draft_stop_text
+    from specdec.teach.render_tree import tree_explain
+    gen, _ = _paced_tree_run(0.0)
+    tree = next(r for r in gen.rounds if r.tree is not None)
+    said = tree_explain(tree, "draft", True, 4)
+    assert f"Adaptive K chose this shape before the round: at this run's acceptance so far (first children a1 = " \
+           f"{tree.plan.acceptance[0]:.2f}" in said
+    assert f"second children kept {tree.plan.siblings[0][0]:.2f}" in said
+    chosen = next(t for t in tree.plan.trees if (t.width, t.budget) == (tree.plan.width, tree.plan.budget))
+    assert f"a tree of W = {tree.tree.width}, N = {tree.tree.budget}, 4 deep, is predicted to give " \
+           f"{chosen.tokens:.2f} tokens in {chosen.ms:.0f} ms" in said
+    chain = next(r for r in gen.rounds if r.tree is None and r.plan.k)
+    assert "and any tree weighed (the best tree, W = " in draft_stop_text(chain, 4, 0.0)
 
 
 def _paced_run(noise: float, n: int = 40):

@@ -277,3 +277,28 @@ def test_an_adaptive_runs_chart_marks_the_k_each_round_asked_for():
     plain = charts.acceptance_figure(Generation(pair, tiny.prompt_ids(seed=3), DecodeConfig(max_new_tokens=10),
                                                 make_drafter("model", pair)).run().rounds)
     assert all(t.name != "K adaptive K asked for" for t in plain.data)
+
+
+def test_an_adaptive_tree_runs_chart_marks_the_most_nodes_each_round_asked_for():
+    """A tree's mark is its node budget N, a chain's its K: the drafted nodes' bar never rises above it."""
+    from helpers import tiny
+
+    from specdec import Generation, make_drafter
+    from specdec.decode.pacing import Pacer, RoundCosts
+    from specdec.decode.tree_shape import candidates
+    hf = tiny.model(0, scale=4)
+    pair = tiny.pair(tiny.lean(hf), tiny.lean(tiny.noisy_copy(hf, 1, 0.0), batch_invariant=False))
+    cfg = DecodeConfig(max_new_tokens=40, k=4, adaptive=True, confidence=0.0, ignore_eos=True)
+    costs = RoundCosts({1: 40.0, 7: 43.0, 13: 46.0, 25: 52.0}, draft=4.0, rest=2.0, draft_row=0.5)  # rows cheap
+    gen = Generation(pair, tiny.prompt_ids(8, seed=11), cfg, make_drafter("tree", pair, cfg=cfg),
+                     pacer=Pacer(costs, cfg.k, candidates(cfg))).run()
+    trees = [r for r in gen.rounds if r.tree is not None]
+    assert trees and len(trees) < len(gen.rounds)                     # trees and chains both ran
+    fig = charts.acceptance_figure(gen.rounds)
+    asked = next(t for t in fig.data if t.name == "most drafts adaptive K asked for")
+    assert list(asked.y) == [r.plan.budget if r.tree is not None else r.plan.k for r in gen.rounds]
+    assert all(r.drafted <= y for r, y in zip(gen.rounds, asked.y)) and fig.layout.yaxis.range[1] > max(asked.y)
+    assert asked.text[gen.rounds.index(trees[0])] == f"a tree, W = {trees[0].tree.width}, N = {trees[0].tree.budget}"
+    assert "a tree's N, a chain's K" in fig.layout.title.text
+    said = run_tab.summary_markdown(gen.summary(), gen.rounds)
+    assert f"{len(trees)} of the {len(gen.rounds)} rounds a tree, each round's shape chosen by Adaptive K" in said
