@@ -24,14 +24,16 @@ draw if its path probabilities were these chances: depth by depth the W nodes mo
 expanded, each with up to W children, until depth K or N nodes. A round costs, in this machine's
 timed milliseconds,
 
-    T_ms = d(1) + d(R_1) + ... + d(R_(K-1)) + t(L(T)) + rest
+    T_ms = d(1) + d(R_1) + ... + d(R_(K-1)) + t(L(T)) + r_0 + r_d (L(T) - 1)
 
 with d(R) one draft forward over R rows (the root's, then one per depth over the nodes it expands; a
 chain's K forwards of one row: K·d(1)) and t(L) the verifier's forward over L rows, interpolated between
 the row counts timed once per machine and cached (:func:`specdec.decode.tree_shape.machine_costs`), and
-rest a round's work besides the forwards: the cached value until the run has rounds of its own, then the
-median of its last :data:`REST_ROUNDS` (sampling, the rule, the trace: it differs between a chain and the
-tree runs it was timed on). Before each round the pacer drafts the chain of K in 0..K_max,
+r_0 + r_d (L - 1) a round's work besides the forwards (sampling, the rule, the trace), which grows with
+the drafts: r_0 and r_d fitted once per machine over a plain, a chain and a tree run's rounds (on an
+AVX2 EPYC about 6 ms for a plain step and 5 ms more per draft: charging every K one round's median
+made a plain step look 20 ms dearer than it is), and once the run has rounds of its own, r_0 moved by
+the median of their differences from the line over its last :data:`REST_ROUNDS`. Before each round the pacer drafts the chain of K in 0..K_max,
 or the tree shape (:func:`specdec.decode.tree_shape.candidates`), with the most expected tokens per ms.
 K = 0 is a plain verifier step, taken whenever no draft pays: on prose with a costly draft, or when the
 draft keeps missing. A tree pays where second and third guesses are often the verifier's token and
@@ -72,12 +74,14 @@ Shares = tuple[tuple[float, ...], ...]  # (K_max, W_max): per depth, per rank
 class RoundCosts:
     """What a round costs here, in ms: ``verify`` maps the rows L of a verifier forward to its time
     (at least L = 1 and one more), ``draft`` is one draft forward at one row and ``draft_row`` each
-    further row of a batched one, ``rest`` the round's work besides the forwards."""
+    further row of a batched one, and the round's work besides the forwards ``rest`` plus
+    ``rest_per_draft`` per drafted token (:meth:`besides`)."""
 
     verify: dict[int, float]
     draft: float
     rest: float = 0.0
     draft_row: float = 0.0
+    rest_per_draft: float = 0.0  # the rest grows with the drafts: each one's sampling, test and record
 
     def __post_init__(self):
         if len(self.verify) < 2 or min(self.verify) != 1:
@@ -93,6 +97,10 @@ class RoundCosts:
         slope = (self.verify[hi] - self.verify[lo]) / (hi - lo)
         return self.verify[lo] + slope * (rows - lo)
 
+    def besides(self, drafted: float) -> float:
+        """The round's work besides its forwards with ``drafted`` tokens drafted (0: a plain step)."""
+        return self.rest + self.rest_per_draft * drafted
+
     def drafting(self, rows: float) -> float:
         """d(rows): one draft forward over ``rows`` rows."""
         return self.draft + self.draft_row * (rows - 1)
@@ -101,7 +109,8 @@ class RoundCosts:
     def of_machine(cls, timings: dict) -> RoundCosts:
         """From :func:`specdec.decode.tree_shape.machine_costs` (the paced drafters draft with the model)."""
         verify = {int(n): ms for n, ms in timings["verify_ms"].items()}
-        return cls(verify, timings["draft_ms"]["1"], timings.get("round", 0.0), timings["draft"][1])
+        rest, per_draft = timings.get("rest_line", (timings.get("round", 0.0), 0.0))
+        return cls(verify, timings["draft_ms"]["1"], rest, timings["draft"][1], per_draft)
 
 
 def forecast(a: Shares, e: Shares, width: int, budget: int, depth: int, costs: RoundCosts) -> tuple[float, float]:
@@ -117,11 +126,11 @@ def forecast(a: Shares, e: Shares, width: int, budget: int, depth: int, costs: R
             missed = 1.0  # the chance that the siblings before the r-th child were all rejected
             for r in range(width):
                 if rows - 1 + drafted * e[d][r] > budget:  # the budget is spent: the drafter stops here
-                    return tokens, ms + costs.forward(rows) + costs.rest
+                    return tokens, ms + costs.forward(rows) + costs.besides(rows - 1)
                 level.append((kept * e[d][r] * missed * a[d][r], drafted * e[d][r]))
                 missed *= 1 - a[d][r]
                 tokens, rows = tokens + level[-1][0], rows + level[-1][1]
-    return tokens, ms + costs.forward(rows) + costs.rest
+    return tokens, ms + costs.forward(rows) + costs.besides(rows - 1)
 
 
 @dataclass
@@ -160,7 +169,7 @@ class Pacer:
     shapes: tuple[tuple[int, int], ...] = ()
     kept: list[list[Share]] = field(default_factory=list)    # a's counts, per depth and rank
     given: list[list[Share]] = field(default_factory=list)   # e's counts
-    rests: list[float] = field(default_factory=list)  # ms of the run's rounds besides their forwards
+    rests: list[tuple[int, float]] = field(default_factory=list)  # (drafted, ms besides the forwards) of its last rounds
 
     def __post_init__(self):
         width = max((w for w, _ in self.shapes), default=1)
@@ -177,7 +186,10 @@ class Pacer:
         """The chain of K in 0..min(limit, K_max), or the tree at most that deep, with the most expected
         tokens per ms, and what it was chosen from."""
         a, e = self.shares()
-        costs = self.costs if not self.rests else replace(self.costs, rest=statistics.median(self.rests))
+        costs = self.costs
+        if self.rests:  # this run's level of the work besides the forwards, the machine's growth per draft
+            offset = statistics.median(ms - costs.besides(n) for n, ms in self.rests)
+            costs = replace(costs, rest=max(costs.rest + offset, 0.0))
         chains = [forecast(a, e, 1, k, k, costs) for k in range(self.k_max + 1)]
         depth = min(limit, self.k_max)
         trees = tuple(TreeOption(w, n, *forecast(a, e, w, n, depth, costs)) for w, n in self.shapes) if depth else ()
@@ -195,7 +207,8 @@ class Pacer:
         every expanded node of a tree."""
         for share in (s for row in self.kept + self.given for s in row):
             share.decay()
-        self.rests = (self.rests + [1e3 * (r.times.total - r.times.forward)])[-REST_ROUNDS:]
+        drafted = len(r.tree.nodes) - 1 if r.tree is not None else len(r.positions)
+        self.rests = (self.rests + [(drafted, 1e3 * (r.times.total - r.times.forward))])[-REST_ROUNDS:]
         if r.tree is None:
             for d, p in enumerate(r.positions[:self.k_max]):
                 if p.tested:

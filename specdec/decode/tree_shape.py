@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.decode.drafters import ModelDrafter
+from specdec.decode.drafters import ModelDrafter, NoDrafter
 from specdec.decode.engine import Generation
 from specdec.decode.tree import TreeDrafter, require_lean, verifier_attention
 from specdec.model.devices import Clock
@@ -55,19 +55,26 @@ OVERHEAD_SHAPES = ((1, 6), (2, 8))  # (W, N) of the short runs whose rounds give
 _MEASURING = threading.Lock()
 
 
-def _round_overhead_ms(pair, ids: list[int]) -> float:
+def _round_overhead_ms(pair, ids: list[int]) -> tuple[float, list[float]]:
     """A round's time outside the model forwards (drafting's sampling and host reads, accept/reject,
     keeping the path, recording), as the run's phase times measure it: the median over the rounds of a
-    short chain run and a short tree run."""
-    out = []
-    for width, nodes in OVERHEAD_SHAPES:
+    short chain run and a short tree run; and the line rest = r_0 + r_d * drafted fitted over those
+    rounds and a short verifier-only run's (a plain step's rest is a few ms, a round of 6 drafts'
+    several times that: the adaptive pacer weighs each K with its own)."""
+    out, drafted = [], []
+    runs = [(1, 1, NoDrafter(pair.vocab_size, pair.device))] + [
+        (width, nodes, ModelDrafter(pair.draft, pair.vocab_size, Clock(pair.device), pair.stop_ids) if width == 1 else
+         TreeDrafter(pair.draft, pair.vocab_size, Clock(pair.device), width, nodes, pair.stop_ids))
+        for width, nodes in OVERHEAD_SHAPES]
+    for width, nodes, drafter in runs:
         cfg = DecodeConfig(max_new_tokens=24, k=nodes if width == 1 else 6, tree_width=width, tree_nodes=nodes,
                            ignore_eos=True)
-        drafter = (ModelDrafter(pair.draft, pair.vocab_size, Clock(pair.device), pair.stop_ids) if width == 1 else
-                   TreeDrafter(pair.draft, pair.vocab_size, Clock(pair.device), width, nodes, pair.stop_ids))
         gen = Generation(pair, ids, cfg, drafter).run()
-        out += [1e3 * (r.times.total - r.times.forward) for r in gen.rounds]
-    return statistics.median(out)
+        rounds = gen.rounds[1:]  # the first round's rest holds the prompt's setup
+        out += [1e3 * (r.times.total - r.times.forward) for r in rounds] if drafter.__class__ is not NoDrafter else []
+        drafted += [(r.drafted, 1e3 * (r.times.total - r.times.forward)) for r in rounds]
+    r0, rd = fit_line([float(n) for n, _ in drafted], [ms for _, ms in drafted])
+    return statistics.median(out), [max(r0, 0.0), max(rd, 0.0)]
 
 
 def measure_costs(pair) -> dict:
@@ -76,7 +83,7 @@ def measure_costs(pair) -> dict:
     t_r per row, "round" per round)."""
     with pair.lock:  # the app's sessions share the models: no session's round beside the timed work
         out = _forward_costs(pair)
-        out["round"] = _round_overhead_ms(pair, filler_ids(pair.vocab_size, CONTEXT))
+        out["round"], out["rest_line"] = _round_overhead_ms(pair, filler_ids(pair.vocab_size, CONTEXT))
     return out
 
 
@@ -96,7 +103,7 @@ def _forward_costs(pair) -> dict:
     return out
 
 
-COSTS_VERSION = 2  # raised when the forward itself changes (2: each layer one C++ call): older timings are not read
+COSTS_VERSION = 3  # raised when the forward or the measure changes (2: each layer one C++ call; 3: the rest as a line): older timings are not read
 
 
 def machine_costs(pair) -> dict:

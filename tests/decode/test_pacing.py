@@ -89,6 +89,24 @@ def test_the_prior_decides_the_first_round_and_the_counts_decay():
     assert stopped.plan(6).k == Pacer(CPU, 6).plan(6).k > 0
 
 
+def test_each_k_is_charged_the_rest_of_a_round_with_that_many_drafts():
+    """A round's work besides its forwards grows with its drafts (each one's sampling, test and record):
+    a plain step is charged r_0, K drafts r_0 + K r_d; the run's rounds move r_0 by their median
+    difference from that line and keep the machine's r_d."""
+    costs = RoundCosts(CPU.verify, draft=12.0, rest=5.0, rest_per_draft=4.0)
+    plan = Pacer(costs, 6).plan(6)
+    assert plan.ms[0] == pytest.approx(40 + 5)
+    assert plan.ms[3] == pytest.approx(3 * 12 + costs.forward(4) + 5 + 3 * 4)
+    pacer = Pacer(costs, 6)
+    for k, rest_ms in ((3, 5 + 12 + 2), (0, 5 + 2), (6, 5 + 24 + 2)):  # each 2 ms above the line
+        positions = tuple(SimpleNamespace(tested=True, status=ACCEPTED) for _ in range(k))
+        pacer.update(SimpleNamespace(tree=None, positions=positions,
+                                     times=SimpleNamespace(total=0.050 + rest_ms / 1e3, forward=0.050)))
+    plan = pacer.plan(6)
+    assert plan.ms[0] == pytest.approx(40 + 7)
+    assert plan.ms[2] == pytest.approx(2 * 12 + costs.forward(3) + 7 + 2 * 4)
+
+
 def test_plan_says_what_each_k_was_expected_to_return_and_cost():
     plan = _paced([3, 2, 4]).plan(6)
     assert len(plan.tokens) == len(plan.ms) == 7
