@@ -33,7 +33,11 @@ r_0 + r_d (L - 1) a round's work besides the forwards (sampling, the rule, the t
 the drafts: r_0 and r_d fitted once per machine over a plain, a chain and a tree run's rounds (on an
 AVX2 EPYC about 6 ms for a plain step and 5 ms more per draft: charging every K one round's median
 made a plain step look 20 ms dearer than it is), and once the run has rounds of its own, r_0 moved by
-the median of their differences from the line over its last :data:`REST_ROUNDS`. Before each round the pacer drafts the chain of K in 0..K_max,
+the median of their differences from the line over its last :data:`REST_ROUNDS`. The timed forwards
+are the fastest of a few at one context on a quiet machine; a run's are slower (longer contexts, a
+neighbour's load: 20-27 % on an AVX2 EPYC, enough to flip a choice there), so once the run has
+rounds every forward in the table is scaled by the median of its last rounds' measured forwards over
+the table's prediction for them. Before each round the pacer drafts the chain of K in 0..K_max,
 or the tree shape (:func:`specdec.decode.tree_shape.candidates`), with the most expected tokens per ms.
 K = 0 is a plain verifier step, taken whenever no draft pays: on prose with a costly draft, or when the
 draft keeps missing. A tree pays where second and third guesses are often the verifier's token and
@@ -105,6 +109,16 @@ class RoundCosts:
         """d(rows): one draft forward over ``rows`` rows."""
         return self.draft + self.draft_row * (rows - 1)
 
+    def scaled(self, f: float) -> RoundCosts:
+        """Every forward ``f`` times as long (the rest as it is)."""
+        return replace(self, verify={n: f * ms for n, ms in self.verify.items()}, draft=f * self.draft,
+                       draft_row=f * self.draft_row)
+
+    def forwards(self, drafted: int, depth: int) -> float:
+        """The forwards of a round that drafted ``drafted`` tokens over ``depth`` draft forwards (a
+        chain: as many as its drafts; a tree: one per depth over its nodes) and verified them."""
+        return depth * self.draft + self.draft_row * (drafted - depth) + self.forward(drafted + 1)
+
     @classmethod
     def of_machine(cls, timings: dict) -> RoundCosts:
         """From :func:`specdec.decode.tree_shape.machine_costs` (the paced drafters draft with the model)."""
@@ -170,6 +184,7 @@ class Pacer:
     kept: list[list[Share]] = field(default_factory=list)    # a's counts, per depth and rank
     given: list[list[Share]] = field(default_factory=list)   # e's counts
     rests: list[tuple[int, float]] = field(default_factory=list)  # (drafted, ms besides the forwards) of its last rounds
+    speeds: list[float] = field(default_factory=list)  # its last rounds' forwards, measured over the table's
 
     def __post_init__(self):
         width = max((w for w, _ in self.shapes), default=1)
@@ -187,6 +202,8 @@ class Pacer:
         tokens per ms, and what it was chosen from."""
         a, e = self.shares()
         costs = self.costs
+        if self.speeds:  # the table's forwards at this run's speed (its contexts, the machine's load now)
+            costs = costs.scaled(statistics.median(self.speeds))
         if self.rests:  # this run's level of the work besides the forwards, the machine's growth per draft
             offset = statistics.median(ms - costs.besides(n) for n, ms in self.rests)
             costs = replace(costs, rest=max(costs.rest + offset, 0.0))
@@ -208,7 +225,10 @@ class Pacer:
         for share in (s for row in self.kept + self.given for s in row):
             share.decay()
         drafted = len(r.tree.nodes) - 1 if r.tree is not None else len(r.positions)
+        depth = max(n.depth for n in r.tree.nodes) if r.tree is not None else drafted
         self.rests = (self.rests + [(drafted, 1e3 * (r.times.total - r.times.forward))])[-REST_ROUNDS:]
+        if r.times.forward > 0:
+            self.speeds = (self.speeds + [1e3 * r.times.forward / self.costs.forwards(drafted, depth)])[-REST_ROUNDS:]
         if r.tree is None:
             for d, p in enumerate(r.positions[:self.k_max]):
                 if p.tested:

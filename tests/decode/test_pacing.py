@@ -2,6 +2,7 @@
 learning from rounds, and that a paced run stays lossless. Costs are given, never timed, so every
 round's choice is reproducible."""
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -56,7 +57,9 @@ def _paced(kept_per_round: list[int], k_max: int = 6, costs: RoundCosts = CPU) -
     for kept in kept_per_round:
         positions = [SimpleNamespace(tested=i <= kept, status="accepted" if i < kept else "rejected")
                      for i in range(k_max)]
-        pacer.update(SimpleNamespace(tree=None, positions=positions, times=SimpleNamespace(total=0.006, forward=0.001)))
+        forward = costs.forwards(k_max, k_max) / 1e3  # the forwards as long as the table says
+        pacer.update(SimpleNamespace(tree=None, positions=positions,
+                                     times=SimpleNamespace(total=forward + 0.005, forward=forward)))
     return pacer
 
 
@@ -85,7 +88,7 @@ def test_the_prior_decides_the_first_round_and_the_counts_decay():
     stopped = _paced([0] * 12)
     assert stopped.plan(6).k == 0
     for _ in range(200):
-        stopped.update(SimpleNamespace(tree=None, positions=(), times=SimpleNamespace(total=0.003, forward=0.001)))
+        stopped.update(SimpleNamespace(tree=None, positions=(), times=SimpleNamespace(total=0.042, forward=0.040)))
     assert stopped.plan(6).k == Pacer(CPU, 6).plan(6).k > 0
 
 
@@ -100,11 +103,33 @@ def test_each_k_is_charged_the_rest_of_a_round_with_that_many_drafts():
     pacer = Pacer(costs, 6)
     for k, rest_ms in ((3, 5 + 12 + 2), (0, 5 + 2), (6, 5 + 24 + 2)):  # each 2 ms above the line
         positions = tuple(SimpleNamespace(tested=True, status=ACCEPTED) for _ in range(k))
+        forward = costs.forwards(k, k) / 1e3
         pacer.update(SimpleNamespace(tree=None, positions=positions,
-                                     times=SimpleNamespace(total=0.050 + rest_ms / 1e3, forward=0.050)))
+                                     times=SimpleNamespace(total=forward + rest_ms / 1e3, forward=forward)))
     plan = pacer.plan(6)
     assert plan.ms[0] == pytest.approx(40 + 7)
     assert plan.ms[2] == pytest.approx(2 * 12 + costs.forward(3) + 7 + 2 * 4)
+
+
+def test_the_tables_forwards_are_scaled_to_the_runs_own_and_can_flip_the_choice():
+    """The table's forwards are the fastest of a few at one context on a quiet machine; a run measures
+    its own. Rounds whose forwards take 1.25x the table's make every forward 1.25x dearer in the plan:
+    with a dear rest per draft, a plain step (its forward only) then beats drafting it did not beat."""
+    costs = RoundCosts({1: 40.0, 7: 58.0, 13: 76.0}, draft=6.0, rest=2.0, rest_per_draft=0.0)
+    fresh = Pacer(costs, 6)
+    assert fresh.plan(6).ms[0] == pytest.approx(40 + 2)
+    slow = Pacer(costs, 6)
+    for k in (0, 3, 6, 1):
+        positions = tuple(SimpleNamespace(tested=True, status=ACCEPTED) for _ in range(k))
+        forward = 1.25 * costs.forwards(k, k) / 1e3
+        slow.update(SimpleNamespace(tree=None, positions=positions,
+                                    times=SimpleNamespace(total=forward + 0.002, forward=forward)))
+    plan = slow.plan(6)
+    assert plan.ms[0] == pytest.approx(1.25 * 40 + 2)
+    assert plan.ms[4] == pytest.approx(1.25 * (4 * 6 + costs.forward(5)) + 2)
+    assert costs.forwards(3, 3) == 3 * 6 + costs.forward(4)  # a chain: one draft forward per draft
+    tree = replace(costs, draft_row=1.0)
+    assert tree.forwards(8, 3) == 3 * 6 + 5 * 1.0 + tree.forward(9)  # a tree: one per depth, more rows
 
 
 def test_plan_says_what_each_k_was_expected_to_return_and_cost():
@@ -119,7 +144,12 @@ def test_plan_says_what_each_k_was_expected_to_return_and_cost():
 # a CPU where verifying and drafting more rows is cheap (AVX-512 with VNNI or AMX): a tree's extra rows cost little
 FLAT = RoundCosts({1: 40.0, 7: 43.0, 13: 46.0, 25: 52.0}, draft=4.0, rest=2.0, draft_row=0.5)
 SHAPES = candidates(DecodeConfig())
-TIMES = SimpleNamespace(total=0.006, forward=0.001)
+
+
+def _times(drafted: int, depth: int, costs: RoundCosts = FLAT) -> SimpleNamespace:
+    """A round's phase times whose forwards take what ``costs`` says, and 5 ms besides."""
+    forward = costs.forwards(drafted, depth) / 1e3
+    return SimpleNamespace(total=forward + 0.005, forward=forward)
 
 
 def _tree_round(kept_rank: int | None, depth: int = 4, width: int = 2):
@@ -133,7 +163,8 @@ def _tree_round(kept_rank: int | None, depth: int = 4, width: int = 2):
         if kept_rank is None:
             break
         parent = len(nodes) - width + kept_rank
-    return SimpleNamespace(tree=SimpleNamespace(nodes=tuple(nodes), width=width, budget=12), positions=(), times=TIMES)
+    return SimpleNamespace(tree=SimpleNamespace(nodes=tuple(nodes), width=width, budget=12), positions=(),
+                           times=_times(len(nodes) - 1, max(n.depth for n in nodes)))
 
 
 def _tree_paced(rounds) -> Pacer:
@@ -159,7 +190,7 @@ def test_the_pacer_grows_a_tree_where_second_children_are_kept_and_falls_back_to
     assert (missed.width, missed.k) == (1, 4) and missed.siblings[0][0] < 0.2
     assert _tree_paced([_tree_round(None)] * 20).plan(4).k == 0
     assert _tree_paced([_tree_round(1)] * 20).plan(2).k == 2  # never deeper than the budget allows
-    kept = SimpleNamespace(tree=None, positions=[SimpleNamespace(tested=True, status=ACCEPTED)] * 4, times=TIMES)
+    kept = SimpleNamespace(tree=None, positions=[SimpleNamespace(tested=True, status=ACCEPTED)] * 4, times=_times(4, 4))
     for _ in range(60):
         second.update(kept)
     assert (second.plan(4).width, second.plan(4).k) == (1, 4)
