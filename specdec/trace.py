@@ -16,11 +16,11 @@ from types import NoneType, UnionType
 from typing import get_args, get_origin, get_type_hints
 
 PHASES = ("draft", "verify", "accept", "rollback", "other")
-TRACE_FORMAT = 8
+TRACE_FORMAT = 9
 # 5 added RoundTrace.drafted_by (format 4 files read as ""), 6 RoundTrace.tree (older: None),
 # 7 RoundTrace.plan (older: None), 8 the plan's tree (DraftPlan.width, budget, siblings, branching, trees;
-# older: a chain's plan)
-READS_FORMATS = (4, 5, 6, 7, 8)
+# older: a chain's plan), 9 DraftPlan.explored (older: False)
+READS_FORMATS = (4, 5, 6, 7, 8, 9)
 
 
 # ---- the names a trace uses: each is written to JSON as its string, and carries its words ----
@@ -227,7 +227,8 @@ class DraftPlan:
     weighed beside them (a tree drafter's run; none for the chain drafters)."""
 
     k: int                           # the draft length chosen; a tree's: its most depth
-    acceptance: tuple[float, ...]    # a_1..a_Kmax: a first child kept once its parent was (prior + counts)
+    acceptance: tuple[float, ...]    # a_1..a_Kmax: a first child kept once its parent was (prior + counts;
+                                     # where ``explored``, each raised by one standard error)
     evidence: tuple[float, ...]      # the decayed count of tested drafts behind each a_i (0: the prior alone)
     tokens: tuple[float, ...]        # E(K) = 1 + a_1 + a_1 a_2 + ..., K = 0..Kmax
     ms: tuple[float, ...]            # T(K), the round's predicted ms here, K = 0..Kmax
@@ -236,6 +237,8 @@ class DraftPlan:
     siblings: tuple[tuple[float, ...], ...] = ()   # per depth, a of the 2nd, 3rd... child: kept once tested
     branching: tuple[tuple[float, ...], ...] = ()  # per depth, the share of expanded nodes given a 2nd, 3rd... child
     trees: tuple[TreeOption, ...] = ()
+    explored: bool = False           # drafted though a plain step was predicted faster: the estimates,
+                                     # raised by their uncertainty, said a draft might pay (pacing.Pacer.plan)
 
     @property
     def asked(self) -> int:

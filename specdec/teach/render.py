@@ -149,6 +149,11 @@ def plan_text(plan: DraftPlan) -> str:
                 "machine's timed forwards")
     kept = ", ".join(f"a{i + 1} = {a:.2f}" for i, a in enumerate(plan.acceptance[:plan.k]))
     if plan.width == 1:
+        if plan.explored:
+            return (f"a plain verifier step was predicted faster, but this run's acceptance, raised by its "
+                    f"uncertainty ({kept}), says {plural(plan.k, 'draft', 'drafts')} might pay: "
+                    f"{plan.tokens[plan.k]:.2f} tokens in {plan.ms[plan.k]:.0f} ms ({rate[plan.k]:.1f} tokens/s) "
+                    f"against {rate[0]:.1f} tokens/s; drafting is how the run learns whether they do")
         return (f"at this run's acceptance so far ({kept}), {plural(plan.k, 'draft is', 'drafts are')} predicted to "
                 f"give {plan.tokens[plan.k]:.2f} tokens in {plan.ms[plan.k]:.0f} ms ({rate[plan.k]:.1f} tokens/s), the "
                 f"most of any K from 0 (a plain verifier step, {rate[0]:.1f} tokens/s) to {len(rate) - 1}"

@@ -132,6 +132,23 @@ def test_the_tables_forwards_are_scaled_to_the_runs_own_and_can_flip_the_choice(
     assert tree.forwards(8, 3) == 3 * 6 + 5 * 1.0 + tree.forward(9)  # a tree: one per depth, more rows
 
 
+def test_where_the_prior_says_a_plain_step_it_tries_a_draft_until_the_run_has_evidence():
+    """An AVX2-like machine: at the prior's 60 % a draft does not pay, at 90 % it does. With no evidence
+    the pacer asks again with the first draft's share raised by its uncertainty, and drafts (explored);
+    once its tests outweigh the prior it follows them: K = 0 where drafts are rejected, drafting where kept."""
+    from specdec.teach.render import plan_text
+    dear = RoundCosts({1: 42.0, 7: 124.0, 13: 221.0}, draft=15.0, rest=8.0, rest_per_draft=2.0)
+    a, e = Pacer(dear, 6).shares()
+    assert Pacer(dear, 6)._plan(a, e, 6).k == 0                # the prior alone: a plain step
+    first = Pacer(dear, 6).plan(6)
+    assert first.k > 0 and first.explored and first.acceptance[0] > 0.6
+    assert "raised by its uncertainty" in plan_text(first)
+    missed = _paced([0] * 3, costs=dear)
+    assert missed.plan(6).k == 0 and not missed.plan(6).explored
+    kept = _paced([6] * 3, costs=dear)
+    assert kept.plan(6).k > 0 and not kept.plan(6).explored
+
+
 def test_plan_says_what_each_k_was_expected_to_return_and_cost():
     plan = _paced([3, 2, 4]).plan(6)
     assert len(plan.tokens) == len(plan.ms) == 7
@@ -224,7 +241,7 @@ def test_a_paced_run_is_lossless_and_records_its_plans(noise, temperature):
     from specdec.options import SamplingConfig
     pair, prompt = _tiny_pair(noise), tiny.prompt_ids(seed=3)
     cfg = DecodeConfig(max_new_tokens=60, k=5, adaptive=True, confidence=0.0, sampling=SamplingConfig(temperature=temperature))
-    gen = Generation(pair, prompt, cfg, make_drafter("model", pair), pacer=Pacer(CPU, cfg.k)).run()
+    gen = Generation(pair, prompt, cfg, make_drafter("model", pair), pacer=Pacer(CPU, cfg.k, timed=False)).run()
     for r in gen.rounds:
         assert r.plan is not None and r.drafted <= r.plan.k
         assert r.draft_stop != DraftStop.PACED or (r.drafted == r.plan.k < cfg.k)
@@ -242,7 +259,7 @@ def test_a_paced_run_is_lossless_and_records_its_plans(noise, temperature):
 def test_a_paced_trace_reads_back_with_its_plans():
     pair, prompt = _tiny_pair(0.6), tiny.prompt_ids(seed=3)
     cfg = DecodeConfig(max_new_tokens=20, k=4, adaptive=True)
-    gen = Generation(pair, prompt, cfg, make_drafter("model", pair), pacer=Pacer(CPU, cfg.k)).run()
+    gen = Generation(pair, prompt, cfg, make_drafter("model", pair), pacer=Pacer(CPU, cfg.k, timed=False)).run()
     raw = TraceFile({}, tuple(gen.rounds), gen.prefill_s, gen.text, gen.stop_reason).to_json()
     back = TraceFile.from_json(raw)
     assert back.rounds == tuple(gen.rounds)
@@ -295,7 +312,8 @@ def _paced_tree_run(noise: float, n: int = 40, temperature: float = 0.0) -> tupl
     pair, ids = _lean_pair(noise), tiny.prompt_ids(8, seed=11)
     cfg = DecodeConfig(max_new_tokens=n, k=4, ignore_eos=True, adaptive=True, confidence=0.0,
                        sampling=SamplingConfig(temperature))
-    gen = Generation(pair, ids, cfg, make_drafter("tree", pair, cfg=cfg), pacer=Pacer(FLAT, cfg.k, SHAPES)).run()
+    # the costs as given (timed=False): the tiny models' real forwards, a millisecond, would make drafting free
+    gen = Generation(pair, ids, cfg, make_drafter("tree", pair, cfg=cfg), pacer=Pacer(FLAT, cfg.k, SHAPES, timed=False)).run()
     return gen, Generation(pair, ids, cfg, make_drafter("none", pair)).run()
 
 
@@ -352,7 +370,7 @@ def test_the_step_text_says_which_tree_a_round_drafted_and_why():
 def _paced_run(noise: float, n: int = 40):
     pair, prompt = _tiny_pair(noise), tiny.prompt_ids(seed=3)
     cfg = DecodeConfig(max_new_tokens=n, k=5, adaptive=True, confidence=0.0)
-    return Generation(pair, prompt, cfg, make_drafter("model", pair), pacer=Pacer(CPU, cfg.k)).run()
+    return Generation(pair, prompt, cfg, make_drafter("model", pair), pacer=Pacer(CPU, cfg.k, timed=False)).run()
 
 
 def test_the_step_text_says_why_a_round_drafted_what_it_did():

@@ -270,7 +270,7 @@ def test_an_adaptive_runs_chart_marks_the_k_each_round_asked_for():
     pair = tiny.pair(target, tiny.noisy_copy(target, 5, 0.6))
     cfg = DecodeConfig(max_new_tokens=30, k=5, adaptive=True)
     costs = RoundCosts({1: 40.0, 7: 58.0}, draft=12.0, rest=2.0)
-    gen = Generation(pair, tiny.prompt_ids(seed=3), cfg, make_drafter("model", pair), pacer=Pacer(costs, 5)).run()
+    gen = Generation(pair, tiny.prompt_ids(seed=3), cfg, make_drafter("model", pair), pacer=Pacer(costs, 5, timed=False)).run()
     fig = charts.acceptance_figure(gen.rounds)
     asked = next(t for t in fig.data if t.name == "K adaptive K asked for")
     assert list(asked.y) == [r.plan.k for r in gen.rounds] and "asked for" in fig.layout.title.text
@@ -291,7 +291,7 @@ def test_an_adaptive_tree_runs_chart_marks_the_most_nodes_each_round_asked_for()
     cfg = DecodeConfig(max_new_tokens=40, k=4, adaptive=True, confidence=0.0, ignore_eos=True)
     costs = RoundCosts({1: 40.0, 7: 43.0, 13: 46.0, 25: 52.0}, draft=4.0, rest=2.0, draft_row=0.5)  # rows cheap
     gen = Generation(pair, tiny.prompt_ids(8, seed=11), cfg, make_drafter("tree", pair, cfg=cfg),
-                     pacer=Pacer(costs, cfg.k, candidates(cfg))).run()
+                     pacer=Pacer(costs, cfg.k, candidates(cfg), timed=False)).run()
     trees = [r for r in gen.rounds if r.tree is not None]
     assert trees and len(trees) < len(gen.rounds)                     # trees and chains both ran
     fig = charts.acceptance_figure(gen.rounds)
