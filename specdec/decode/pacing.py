@@ -31,7 +31,7 @@ chain's K forwards of one row: K·d(1)) and t(L) the verifier's forward over L r
 the row counts timed once per machine and cached (:func:`specdec.decode.tree_shape.machine_costs`), and
 r_0 + r_d (L - 1) a round's work besides the forwards (sampling, the rule, the trace), which grows with
 the drafts: r_0 and r_d fitted once per machine over a plain, a chain and a tree run's rounds (on an
-AVX2 EPYC about 6 ms for a plain step and 5 ms more per draft: charging every K one round's median
+AVX2 EPYC about 6 ms for a plain step and 7 ms more per draft: charging every K one round's median
 made a plain step look 20 ms dearer than it is), and once the run has rounds of its own, r_0 moved by
 the median of their differences from the line over its last :data:`REST_ROUNDS`. The timed forwards
 are the fastest of a few at one context on a quiet machine; a run's are slower (longer contexts, a
@@ -46,8 +46,9 @@ verifying more rows is cheap.
 Lossless: the shape depends only on rounds already decided, never on this round's verifier, so it is
 settled before any draft is drawn and the rule's guarantee holds (as for the confidence threshold).
 
-The choice reads each a raised by one standard error of its evidence (optimism while the counts are
-few: an untried draft gets tried). The shares start at a prior and then follow the counts, every count multiplied by :data:`DECAY` each
+Where a plain step wins only because the evidence is thin, the first draft's share is read one
+standard error higher and a draft is tried (:meth:`Pacer.plan`). The shares start at a prior and then
+follow the counts, every count multiplied by :data:`DECAY` each
 round. At depth 1 the prior is the i.i.d. model of Leviathan et al., each tested draft kept with chance
 :data:`PRIOR_A`, and an r-th child drafted with chance :data:`PRIOR_BRANCH`^(r-1); deeper, the prior of
 (d, r) is the estimate at (d - 1, r), each worth :data:`PRIOR_WEIGHT` counts: a depth never tested yet
@@ -219,20 +220,20 @@ class Pacer:
         where K = 6 was 1.2x faster. So a draft is tried at the start, and again each time the counts
         have decayed below the prior's weight (every dozen or so plain steps)."""
         a, e = self.shares()
-        chosen = self._plan(a, e, limit)
-        if chosen.k == 0 and self.kept[0][0].tries < PRIOR_WEIGHT:  # the prior still outweighs the run's evidence
-            bold = self._plan(_optimistic(a, self.kept), e, limit)
-            if bold.k:
-                return replace(bold, explored=True)
-        return chosen
-
-    def _plan(self, a: Shares, e: Shares, limit: int) -> DraftPlan:
         costs = self.costs
         if self.speeds:  # the table's forwards at this run's speed (its contexts, the machine's load now)
             costs = costs.scaled(statistics.median(self.speeds))
         if self.rests:  # this run's level of the work besides the forwards, the machine's growth per draft
             offset = statistics.median(ms - costs.besides(n) for n, ms in self.rests)
             costs = replace(costs, rest=max(costs.rest + offset, 0.0))
+        chosen = self._plan(a, e, limit, costs)
+        if chosen.k == 0 and self.kept[0][0].tries < PRIOR_WEIGHT:  # the prior still outweighs the run's evidence
+            bold = self._plan(_optimistic(a, self.kept), e, limit, costs)
+            if bold.k:
+                return replace(bold, explored=True)
+        return chosen
+
+    def _plan(self, a: Shares, e: Shares, limit: int, costs: RoundCosts) -> DraftPlan:
         chains = [forecast(a, e, 1, k, k, costs) for k in range(self.k_max + 1)]
         depth = min(limit, self.k_max)
         trees = tuple(TreeOption(w, n, *forecast(a, e, w, n, depth, costs)) for w, n in self.shapes) if depth else ()

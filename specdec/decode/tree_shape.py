@@ -61,20 +61,17 @@ def _round_overhead_ms(pair, ids: list[int]) -> tuple[float, list[float]]:
     short chain run and a short tree run; and the line rest = r_0 + r_d * drafted fitted over those
     rounds and a short verifier-only run's (a plain step's rest is a few ms, a round of 6 drafts'
     several times that: the adaptive pacer weighs each K with its own)."""
-    out, drafted = [], []
-    runs = [(1, 1, NoDrafter(pair.vocab_size, pair.device))] + [
-        (width, nodes, ModelDrafter(pair.draft, pair.vocab_size, Clock(pair.device), pair.stop_ids) if width == 1 else
-         TreeDrafter(pair.draft, pair.vocab_size, Clock(pair.device), width, nodes, pair.stop_ids))
-        for width, nodes in OVERHEAD_SHAPES]
-    for width, nodes, drafter in runs:
-        cfg = DecodeConfig(max_new_tokens=24, k=nodes if width == 1 else 6, tree_width=width, tree_nodes=nodes,
-                           ignore_eos=True)
+    rests = []  # (drafted, ms besides the forwards) per round; each run's first round holds the prompt's setup
+    for width, nodes in ((1, 0),) + OVERHEAD_SHAPES:
+        drafter = (NoDrafter(pair.vocab_size, pair.device) if not nodes else
+                   ModelDrafter(pair.draft, pair.vocab_size, Clock(pair.device), pair.stop_ids) if width == 1 else
+                   TreeDrafter(pair.draft, pair.vocab_size, Clock(pair.device), width, nodes, pair.stop_ids))
+        cfg = DecodeConfig(max_new_tokens=24, k=nodes if width == 1 and nodes else 6, tree_width=width,
+                           tree_nodes=nodes or 8, ignore_eos=True)
         gen = Generation(pair, ids, cfg, drafter).run()
-        rounds = gen.rounds[1:]  # the first round's rest holds the prompt's setup
-        out += [1e3 * (r.times.total - r.times.forward) for r in rounds] if drafter.__class__ is not NoDrafter else []
-        drafted += [(r.drafted, 1e3 * (r.times.total - r.times.forward)) for r in rounds]
-    r0, rd = fit_line([float(n) for n, _ in drafted], [ms for _, ms in drafted])
-    return statistics.median(out), [max(r0, 0.0), max(rd, 0.0)]
+        rests += [(r.drafted, 1e3 * (r.times.total - r.times.forward)) for r in gen.rounds[1:]]
+    r0, rd = fit_line([float(n) for n, _ in rests], [ms for _, ms in rests])
+    return statistics.median(ms for n, ms in rests if n), [max(r0, 0.0), max(rd, 0.0)]
 
 
 def measure_costs(pair) -> dict:

@@ -139,7 +139,7 @@ def test_where_the_prior_says_a_plain_step_it_tries_a_draft_until_the_run_has_ev
     from specdec.teach.render import plan_text
     dear = RoundCosts({1: 42.0, 7: 124.0, 13: 221.0}, draft=15.0, rest=8.0, rest_per_draft=2.0)
     a, e = Pacer(dear, 6).shares()
-    assert Pacer(dear, 6)._plan(a, e, 6).k == 0                # the prior alone: a plain step
+    assert Pacer(dear, 6)._plan(a, e, 6, dear).k == 0          # the prior alone: a plain step
     first = Pacer(dear, 6).plan(6)
     assert first.k > 0 and first.explored and first.acceptance[0] > 0.6
     assert "raised by its uncertainty" in plan_text(first)
