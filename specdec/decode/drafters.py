@@ -125,10 +125,11 @@ class ModelDrafter(Drafter):
                 ids.append(sample(q, sampling.greedy and not noise, generator))
                 dists.append(q)
             rows.append(logits)
-            sure.append(top_probabilities(logits))        # (1,)
+            if confidence:  # the test reads each token's confidence; otherwise all come in one call below
+                sure.append(top_probabilities(logits))    # (1,)
             if len(ids) == k:
                 break  # no forward waits for the last id: the round's read fetches it
-            token, unsure = self._read(ids[-1], sure[-1], confidence)
+            token, unsure = self._read(ids[-1], sure[-1] if confidence else None, confidence)
             tokens.append(token)
             feed = [token]
             stopped = self._stop(token, unsure)
@@ -141,8 +142,10 @@ class ModelDrafter(Drafter):
         V = rows[0].shape[-1]
         probs = one_hot(ids_k, V) if fast else torch.cat(dists + [dists[0].new_zeros(1, V)])  # (K+1, V) a leaf last
         # the round's one read: the ids not read yet, the NaN test of the (K, V) logits and q, the confidences
-        flags = numerics(torch.cat(rows), None if fast else probs)              # (2,)
-        *got, nan, bad = host_read(torch.cat(sure), ids_k[len(tokens):], flags)
+        logits = torch.cat(rows)                                                  # (K, V)
+        flags = numerics(logits, None if fast else probs)                         # (2,)
+        *got, nan, bad = host_read(torch.cat(sure) if confidence else top_probabilities(logits),
+                                   ids_k[len(tokens):], flags)
         raise_numerical(nan, bad, sampling)
         confidences = tuple(got[:len(ids)])
         if len(tokens) < len(ids):  # the K-th token: whatever it is, drafting ends; why is recorded
@@ -151,7 +154,7 @@ class ModelDrafter(Drafter):
         return Proposal.chain(context[-1], tokens, probs, forward_s, stopped, confidences)
 
     @staticmethod
-    def _read(token: torch.Tensor, sure: torch.Tensor, confidence: float) -> tuple[int, bool]:
+    def _read(token: torch.Tensor, sure: torch.Tensor | None, confidence: float) -> tuple[int, bool]:
         """The drafted id, and whether the confidence test stops after it: ONE host read for both
         (float32 holds every id < 2^24 exactly)."""
         if not confidence:

@@ -100,7 +100,7 @@ def _forward_costs(pair) -> dict:
     return out
 
 
-COSTS_VERSION = 3  # raised when the forward or the measure changes (2: each layer one C++ call; 3: the rest as a line): older timings are not read
+COSTS_VERSION = 4  # raised when the forward or the measure changes (2: each layer one C++ call; 3: the rest as a line; 4: decoding under glibc heap settings that reuse a round's temporaries): older timings are not read
 
 
 def machine_costs(pair) -> dict:

@@ -209,6 +209,25 @@ def test_non_finite_probabilities_fail_cleanly():
         probs_from_logits(huge, SamplingConfig(0.01))
 
 
+@pytest.mark.parametrize("row, col", [(0, 0), (3, 517), (6, 999)])
+def test_the_numerics_flags_catch_one_bad_entry_anywhere(row, col):
+    """``numerics`` reads its two flags off one sum each: one NaN logit or one non-finite probability
+    anywhere still sets its flag; a masked (-inf) logit alone is no NaN."""
+    from specdec.decode.sampling import numerics
+    logits = torch.randn(7, 1000)
+    probs = logits.softmax(-1)
+    assert numerics(logits, probs).tolist() == [0.0, 0.0] and numerics(logits).tolist() == [0.0, 0.0]
+    masked = logits.clone()
+    masked[row, col] = float("-inf")
+    assert numerics(masked, masked.softmax(-1)).tolist() == [0.0, 0.0]
+    for bad in (float("nan"), float("inf")):
+        broken = probs.clone()
+        broken[row, col] = bad
+        assert numerics(logits, broken).tolist() == [0.0, 1.0]
+    logits[row, col] = float("nan")
+    assert numerics(logits, probs).tolist() == [1.0, 0.0]
+
+
 # ---- 5. padding rows of the output layer are never sampled ------------------------------------
 
 def test_ids_beyond_the_tokenizer_are_never_sampled():
