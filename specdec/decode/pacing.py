@@ -31,8 +31,8 @@ chain's K forwards of one row: K·d(1)) and t(L) the verifier's forward over L r
 the row counts timed once per machine and cached (:func:`specdec.decode.tree_shape.machine_costs`), and
 r_0 + r_d (L - 1) a round's work besides the forwards (sampling, the rule, the trace), which grows with
 the drafts: r_0 and r_d fitted once per machine over a plain, a chain and a tree run's rounds (on an
-AVX2 EPYC about 6 ms for a plain step and 7 ms more per draft: charging every K one round's median
-made a plain step look 20 ms dearer than it is), and once the run has rounds of its own, r_0 moved by
+AVX2 EPYC about 3 ms for a plain step and 3 ms more per draft, 6 and 7 ms before decoding kept its
+temporaries in the heap: charging every K one round's median made a plain step look dearer than it is), and once the run has rounds of its own, r_0 moved by
 the median of their differences from the line over its last :data:`REST_ROUNDS`. The timed forwards
 are the fastest of a few at one context on a quiet machine; a run's are slower (longer contexts, a
 neighbour's load: 20-27 % on an AVX2 EPYC, enough to flip a choice there), so once the run has

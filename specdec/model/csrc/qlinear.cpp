@@ -534,6 +534,12 @@ TARGET_AVX2 void int8_tile_avx2(const int8_t* W, int64_t Kq, Stream stream, cons
   }
 }
 
+// From this many rows an int4 tile's vpdpbusd sums run as one dependent chain per row and group: the
+// rows' chains are independent of each other and hide the instruction's latency (4-5 cycles) together,
+// so a second chain per row (and the add that joins the two) is work for nothing. Integer sums: the
+// result is bitwise the same either way.
+constexpr int ONE_CHAIN_ROWS = 4;
+
 // int4: the nibbles of one group are unpacked once into a small buffer that stays in L1, then
 // every row reads them from there.
 template <int MR, bool VNNI>
@@ -565,7 +571,10 @@ TARGET_AVX2 void int4_tile_avx2(const uint8_t* P, int64_t G, Stream stream, cons
       const __m256 gs = _mm256_set1_ps(a.gsum[(m0 + r) * a.G + g]);
       for (int h = 0; h < 2; ++h) {
         __m256i s;
-        if (VNNI) {
+        if (VNNI && MR >= ONE_CHAIN_ROWS) {  // the rows' chains are independent: one per row hides the latency
+          s = _mm256_setzero_si256();
+          for (int t = 0; t < 8; ++t) s = dpbusd_avxvnni(s, q[h][t], bcast256(xr + 4 * t));
+        } else if (VNNI) {  // few rows: two chains per row hide vpdpbusd's latency
           __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
           for (int t = 0; t < 8; t += 2) {
             s0 = dpbusd_avxvnni(s0, q[h][t], bcast256(xr + 4 * t));
@@ -663,14 +672,22 @@ TARGET_AVX512 void int4_tile_512(const uint8_t* P, int64_t G, Stream stream, con
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       const int8_t* xr = x0 + r * a.Kp + g * GROUP;
-      __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], bcast512(xr));
-      __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[1], bcast512(xr + 4));
+      __m512i s;
+      if constexpr (MR >= ONE_CHAIN_ROWS) {  // the rows' chains are independent: one per row hides the latency
+        s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], bcast512(xr));
 #pragma GCC unroll 8
-      for (int t = 2; t < 8; t += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, q[t], bcast512(xr + 4 * t));
-        s1 = _mm512_dpbusd_epi32(s1, q[t + 1], bcast512(xr + 4 * t + 4));
+        for (int t = 1; t < 8; ++t) s = _mm512_dpbusd_epi32(s, q[t], bcast512(xr + 4 * t));
+      } else {  // few rows: two chains per row hide vpdpbusd's latency
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], bcast512(xr));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[1], bcast512(xr + 4));
+#pragma GCC unroll 8
+        for (int t = 2; t < 8; t += 2) {
+          s0 = _mm512_dpbusd_epi32(s0, q[t], bcast512(xr + 4 * t));
+          s1 = _mm512_dpbusd_epi32(s1, q[t + 1], bcast512(xr + 4 * t + 4));
+        }
+        s = _mm512_add_epi32(s0, s1);
       }
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[r]);
       acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(a.gsum[(m0 + r) * a.G + g]), acc[r]);
     }
   }
