@@ -1,4 +1,4 @@
-"""Command line: ``python -m specdec generate|compare|cache``.
+"""Command line: ``python -m specdec generate|compare|race|cache``.
 
 With ``--json`` stdout holds exactly one JSON object; progress and logs go to stderr. User
 mistakes exit with status 2 and a one-line ``error: ...`` naming the field, never a traceback.
@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 
 from specdec.decode.engine import Generation
-from specdec.decode.registry import VERIFIER_ONLY
+from specdec.decode.registry import DRAFTERS, MODEL, VERIFIER_ONLY
 from specdec.decode.sampling import NumericalError
 from specdec.decode.settings import (
     ModelChoice,
@@ -22,6 +22,7 @@ from specdec.decode.settings import (
 from specdec.decode.start import start
 from specdec.options import ConfigError
 from specdec.teach.exactness import explain, how_exact
+from specdec.teach.race import RACERS, race
 from specdec.teach.render import first_difference
 from specdec.trace import TraceFile
 from specdec.weights.errors import ModelLoadError
@@ -35,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("generate", parents=[common], help="speculative decoding with a per-round trace")
     sub.add_parser("compare", parents=[common], help="verifier-only vs speculative on the same settings")
+    race = sub.add_parser("race", parents=[common], help="every drafter on one prompt and verifier, the same settings "
+                          "(specdec.teach.race): tokens per round, a, c, decode tok/s, speed-up, identical output")
+    race.add_argument("--drafters", default=",".join(RACERS),
+                      help=f"comma-separated drafters to race after verifier-only (default: {','.join(RACERS)})")
     cache = sub.add_parser("cache", help="show what the on-disk cache holds, or clear it")
     cache.add_argument("action", nargs="?", choices=["show", "clear"], default="show")
     cache.add_argument("--all", action="store_true", help="with clear: also the kernel timings and llama.cpp build")
@@ -65,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr, flush=True)  # noqa: E731
     try:
         asked = settings_from_args(args)
-        pair = asked.models.load(progress=log, drafter=asked.drafter)
+        racers = tuple(d.strip() for d in args.drafters.split(",") if d.strip()) if args.command == "race" else ()
+        if args.command == "race" and (not racers or any(d not in DRAFTERS for d in racers)):
+            raise ConfigError(f"drafters must be a comma-separated list of {', '.join(DRAFTERS)} "
+                              f"(got {args.drafters!r})", "drafters")
+        pair = asked.models.load(progress=log, drafter=MODEL.name if args.command == "race" else asked.drafter)
         print(f"precision {pair.precision.reason}", file=sys.stderr)
         if pair.draft_precision is not None:
             print(f"draft precision {pair.draft_precision.reason}", file=sys.stderr)
@@ -79,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"tree shape {gen.tree_shape}", file=sys.stderr)
             return gen.run()
 
+        if args.command == "race":
+            result = race(pair, settings.prompt, settings.decode, racers, settings.chat_template, progress=log)
+            print(json.dumps(result.to_dict()) if args.json else result.table())
+            return 0
         if args.command == "generate":
             gen = run(settings.drafter)
             settings = replace(settings, decode=gen.cfg)

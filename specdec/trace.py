@@ -16,11 +16,12 @@ from types import NoneType, UnionType
 from typing import get_args, get_origin, get_type_hints
 
 PHASES = ("draft", "verify", "accept", "rollback", "other")
-TRACE_FORMAT = 9
+TRACE_FORMAT = 10
 # 5 added RoundTrace.drafted_by (format 4 files read as ""), 6 RoundTrace.tree (older: None),
 # 7 RoundTrace.plan (older: None), 8 the plan's tree (DraftPlan.width, budget, siblings, branching, trees;
-# older: a chain's plan), 9 DraftPlan.explored (older: False)
-READS_FORMATS = (4, 5, 6, 7, 8, 9)
+# older: a chain's plan), 9 DraftPlan.explored (older: False), 10 the suffix tree (drafted_by "suffix",
+# RoundTrace.match, TreeRound.copied; older: 0, False)
+READS_FORMATS = (4, 5, 6, 7, 8, 9, 10)
 
 
 # ---- the names a trace uses: each is written to JSON as its string, and carries its words ----
@@ -88,8 +89,10 @@ class DraftStop(Named):
                    "threshold {threshold} (its top probability before temperature)"))
     STOP_TOKEN = ("stop_token", "Drafting stopped after {drafted}: {last} is a stop token.",
                   "it stopped where every node left to expand was a stop token")
-    NO_MATCH = "no_match", "Prompt lookup found no earlier occurrence of the last tokens in the prompt or the output."
-    COPY_END = "copy_end", "Prompt lookup copied {drafted}: all that followed its match."
+    NO_MATCH = ("no_match", "Nothing to copy: no earlier occurrence of the last tokens was found (prompt lookup reads "
+                "the prompt and the output; the suffix tree also earlier runs, and needs the last 2 tokens to match).")
+    COPY_END = ("copy_end", "Copied {drafted}: all that followed its match.",
+                "it copied all that followed its match")
     NOTHING = "nothing", "Verifier only: nothing is drafted."
     PACED = ("paced", "Drafted {drafted}, fewer than K = {k}: {plan}.")
     TREE_BUDGET = "tree_budget", "Drafted K = {k} tokens{tail}.", "it stopped at its budget of N = {budget} nodes"
@@ -97,13 +100,16 @@ class DraftStop(Named):
 
 
 class DraftedBy(Named):
-    """Who drafted a hybrid drafter's round (RoundTrace.drafted_by); ``text`` opens the sentence
+    """Who drafted a composed drafter's round (lookup or suffix, else model: RoundTrace.drafted_by); ``text`` opens the sentence
     that says why the round drafted what it did."""
 
     NOT_HYBRID = "", ""  # any other drafter: the trace names nobody
     LOOKUP = ("lookup", ("Prompt lookup drafted this round: it found the last tokens earlier and copied what "
                          "followed, with no draft forward. "))
-    MODEL = "model", "The draft model drafted this round: prompt lookup found nothing to copy. "
+    MODEL = "model", "The draft model drafted this round: nothing earlier matched the last tokens well enough to copy. "
+    SUFFIX = ("suffix", ("The suffix tree drafted this round: the last tokens occurred before (in the prompt, the "
+                         "output or an earlier run), and it proposed what followed them, each branch as often as it "
+                         "followed, with no draft forward. "))
 
 
 class RunStop(Named):
@@ -206,6 +212,7 @@ class TreeRound:
     width: int
     budget: int
     kept: tuple[int, ...]         # node indices of the accepted path, in depth order
+    copied: bool = False          # copied, not drawn (the suffix tree): each node's q is one-hot at its token
 
 
 @dataclass(frozen=True)
@@ -270,6 +277,7 @@ class RoundTrace:
     elapsed: float                         # seconds since the run started, at the end of this round
     draft_stop: DraftStop = DraftStop.K    # why drafting ended (never LIMIT: the round tells K from BUDGET)
     drafted_by: DraftedBy = DraftedBy.NOT_HYBRID  # who drafted a hybrid drafter's round
+    match: int = 0  # a copying drafter's match: how many of the context's last tokens it found earlier
     tree: TreeRound | None = None          # a tree round's every node; positions then hold its accepted path
                                            # and the first rejected child below it
     plan: DraftPlan | None = None          # an adaptive run's choice for this round (None: K as asked)

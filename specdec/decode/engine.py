@@ -162,7 +162,8 @@ class Generation:
         # 3. accept with the pure rule: the accepted path, then a resample or the bonus
         tokens = to_device([proposal.tokens], target_probs.device)               # (1, N+1)
         v = verify_tree(proposal.parents, tokens, proposal.probs[None], target_probs[None], generator,
-                        greedy=s.greedy, keep_residuals=proposal.from_tree_drafter, check=False)
+                        greedy=s.greedy, keep_residuals=proposal.from_tree_drafter, check=False,
+                        one_hot_nodes=proposal.one_hot_nodes)
         # ONE host read per verification: the verdict, the drafter's contract, the NaN test of p
         n_acc, nxt, kept, *path, nan, bad = host_read(v.n_accepted, v.next_token, v.contract, v.path[0],
                                                       numerics(logits, target_probs))

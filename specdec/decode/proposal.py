@@ -31,6 +31,8 @@ class Proposal:
     path_q: tuple[float, ...] = ()  # (N+1,) a tree's path probabilities, by which its nodes were ranked
     width: int = 1             # W, the most children the drafter gives a node: 1 for a chain drafter
     budget: int = 0            # a tree drafter's node budget N
+    one_hot_nodes: bool = False  # each node chosen from the context alone (q_i one-hot at its token): the suffix tree
+    match: int = 0             # a copying drafter's match: how many of the context's last tokens it found earlier
 
     @classmethod
     def chain(cls, root: int, drafted: list[int], probs: torch.Tensor, forward_s: float = 0.0,

@@ -75,12 +75,17 @@ def round_trace(*, index: int, context_len: int, proposal: Proposal, target_prob
     # ONE host read: the shown positions' numbers (_position_numbers), the draws and ratios, the top of the
     # distribution the next token was drawn from and, for a tree, every node's q(x) and p(x) at its parent
     # and the verdict's per-node numbers and residual tops
-    packed = _position_numbers(p[rows], q[rows], to_device([proposal.tokens[j] for j in shown], p.device), n)
+    shown_tokens = to_device([proposal.tokens[j] for j in shown], p.device)      # (S,)
+    # a node chosen from the context alone (the suffix tree) was drawn from nothing: its q is one-hot at itself
+    q_shown = (torch.nn.functional.one_hot(shown_tokens, q.shape[-1]).to(q.dtype) if proposal.one_hot_nodes
+               else q[rows])                                                      # (S, V)
+    packed = _position_numbers(p[rows], q_shown, shown_tokens, n)
     next_dist = verdict.next_dist[0]                                              # (V,)
     parts = [packed, verdict.ratios[0], verdict.uniforms[0], *next_dist.topk(n), next_dist[nxt]]
     if tree:
         parent, token = to_device(proposal.parents[1:], p.device), to_device(proposal.tokens[1:], p.device)  # (N,)
-        parts += [q[parent, token], p[parent, token], verdict.tested[0], verdict.accepted[0],
+        parts += [torch.ones(len(token), device=p.device) if proposal.one_hot_nodes else q[parent, token],
+                  p[parent, token], verdict.tested[0], verdict.accepted[0],
                   *verdict.residuals[0, 1:].topk(n, dim=-1)]
     take = _reader(host_read(*parts))
     numbers = [take(packed.shape[-1]) for _ in shown]
@@ -109,7 +114,7 @@ def round_trace(*, index: int, context_len: int, proposal: Proposal, target_prob
         index=index, context_len=context_len, positions=tuple(positions), n_accepted=emitted_drafts,
         rejected_at=len(path) if kind == RESAMPLED else None, next_kind=kind, next_token=token, next_top=top,
         emitted=outcome.emitted, pieces=outcome.pieces, target_cache=target_cache, draft_cache=draft_cache,
-        times=times, elapsed=elapsed, draft_stop=draft_stop, drafted_by=proposal.source,
+        times=times, elapsed=elapsed, draft_stop=draft_stop, drafted_by=proposal.source, match=proposal.match,
         tree=_tree_round(proposal, path, ratios, uniforms, take, n, token_text) if tree else None)
 
 
@@ -128,7 +133,7 @@ def _tree_round(proposal: Proposal, path: list[int], ratios: list[float], unifor
         token = proposal.tokens[j]
         nodes.append(TreeNode(proposal.parents[j], token, token_text(token), depth[j], q_x[j - 1], proposal.path_q[j],
                               p_x[j - 1], status, _number(ratios[j]), _number(uniforms[j]), residual_top))
-    return TreeRound(tuple(nodes), proposal.width, proposal.budget, tuple(path))
+    return TreeRound(tuple(nodes), proposal.width, proposal.budget, tuple(path), proposal.one_hot_nodes)
 
 
 def _number(x: float) -> float | None:

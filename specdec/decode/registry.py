@@ -17,6 +17,7 @@ from specdec.decode.drafters import (
     ModelDrafter,
     NoDrafter,
 )
+from specdec.decode.suffix import SuffixDrafter, SuffixElseModel, session_pool
 from specdec.decode.tree import TreeDrafter
 from specdec.decode.tree_shape import resolve
 from specdec.model.devices import Clock
@@ -68,7 +69,18 @@ def _tree(m: Making) -> Drafter:
     return TreeDrafter(m.pair.draft, m.pair.vocab_size, m.clock, shape.tree_width, shape.tree_nodes, m.stop_ids)
 
 
+def _suffix(m: Making) -> SuffixDrafter:
+    # its node cap: the tree's N where the run sets one, else 2K (a round's rows cost real time on a CPU)
+    return SuffixDrafter(m.pair.vocab_size, m.hidden, session_pool(m.pair.target_name),
+                         nodes=m.cfg.tree_nodes or 2 * m.cfg.k, device=m.pair.device)
+
+
 MODEL = DrafterKind("model", "draft model", True, _model, paced=True)
+SUFFIX = DrafterKind("suffix", "suffix tree", False, _suffix,
+                     help="a token tree of what followed the last tokens in the prompt, the output and earlier runs")
+SUFFIX_MODEL = DrafterKind("suffix-model", "suffix tree, else model", True,
+                           lambda m: SuffixElseModel(_suffix(m), _model(m)),
+                           help="the suffix tree where the last 3+ tokens matched, the model elsewhere")
 HYBRID = DrafterKind("hybrid", "lookup, else model", True, _hybrid,
                      help="prompt lookup where it matches, the model elsewhere", paced=True)
 TREE = DrafterKind("tree", "model, as a token tree", True, _tree, help="the model drafting token trees", paced=True)
@@ -76,7 +88,7 @@ LOOKUP = DrafterKind("lookup", "prompt lookup", False,
                      lambda m: LookupDrafter(m.pair.vocab_size, hidden=m.hidden, device=m.pair.device))
 VERIFIER_ONLY = DrafterKind("none", "verifier only", False, lambda m: NoDrafter(m.pair.vocab_size, m.pair.device),
                             help="verifier only", in_app=False)
-DRAFTERS = {d.name: d for d in (MODEL, HYBRID, TREE, LOOKUP, VERIFIER_ONLY)}
+DRAFTERS = {d.name: d for d in (MODEL, HYBRID, TREE, LOOKUP, SUFFIX, SUFFIX_MODEL, VERIFIER_ONLY)}
 
 
 def needs_draft(name: str) -> bool:

@@ -182,7 +182,7 @@ def _chain_verdict(v: Verdict, B: int, N: int, V: int, greedy: bool, keep_residu
 
 def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draft_probs: torch.Tensor,
                 target_probs: torch.Tensor, generator: torch.Generator, greedy: bool = False,
-                keep_residuals: bool = False, check: bool = True) -> TreeVerdict:
+                keep_residuals: bool = False, check: bool = True, one_hot_nodes: bool = False) -> TreeVerdict:
     """Walk a token tree from the root with recursive rejection sampling without replacement (Jeon et al.
     2024): at node ``cur`` with residual r (first p[cur]), child i with token x_i is kept iff
     u <= r(x_i) / q_i(x_i), q_i = q[cur] with the earlier siblings' tokens removed and renormalised; on a
@@ -204,6 +204,13 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
     draws are Algorithm 1's (every u up front, also at T = 0, where they decide nothing) and the vectorised
     rule costs no walk. ``check=False`` leaves the drafter's contract to the caller, as in ``verify``: it reads
     ``contract`` with its other numbers and calls :func:`check_tree_contract` when it is False.
+
+    ``one_hot_nodes``: every node is its drafter's choice from the context alone (prompt lookup, the suffix
+    tree: nothing was drawn), so node i's q_i is one-hot at its own token whatever its siblings are, and
+    ``draft_probs`` is not read. Child i is then kept with probability r(x_i) and a rejection leaves
+    r <- norm(r with x_i removed): each test one step of Algorithm 1 with a deterministic draft, so the
+    walk is lossless as a sampled tree's is, and no q can break a contract. A chain of such nodes is
+    ``verify`` with one-hot rows (made here from the tokens), as prompt lookup's always was.
     """
     if tokens.dim() != 2 or tokens.shape[1] != len(parents):
         raise ValueError(f"tokens must be (B, N+1) with N+1 = len(parents) = {len(parents)}, "
@@ -216,13 +223,16 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
         raise ValueError(f"q must be (B, N+1, V) = {(B, N1, V)}, got {tuple(draft_probs.shape)}")
     kids_of = children(parents)
     if is_chain(parents):
+        if one_hot_nodes:  # row j one-hot at node j + 1's token: whatever rows the drafter gave
+            draft_probs = torch.zeros_like(target_probs)
+            draft_probs[:, :-1].scatter_(-1, tokens[:, 1:, None], 1.0)
         v = verify(tokens[:, 1:], draft_probs[:, :-1], target_probs, generator, greedy=greedy, check=check)
         return _chain_verdict(v, B, N1 - 1, V, greedy, keep_residuals)
     D = max(depths(parents))
-    contract = torch.ones((), dtype=torch.bool, device=tokens.device)  # T = 0 ignores q
-    if not greedy and check:
+    contract = torch.ones((), dtype=torch.bool, device=tokens.device)  # T = 0 ignores q, one-hot nodes keep it
+    if not greedy and not one_hot_nodes and check:
         check_tree_contract(parents, tokens, draft_probs)
-    elif not greedy:
+    elif not greedy and not one_hot_nodes:
         contract = ~_contract(kids_of, tokens, draft_probs).any()
 
     p, q, dev = target_probs, draft_probs, target_probs.device
@@ -258,7 +268,10 @@ def verify_tree(parents: list[int] | tuple[int, ...], tokens: torch.Tensor, draf
                 ratio = p[b, cur[b]].gather(-1, x[:, None]).squeeze(-1)  # (L,)
                 take = x == best[b]
             else:
-                q_i = _without(q[b, cur[b]], removed[b])              # (L, V)
+                if one_hot_nodes:                                     # q_i(x) = 1: the ratio is r(x)
+                    q_i = torch.zeros(len(b), V, dtype=r.dtype, device=dev).scatter_(1, x[:, None], 1.0)  # (L, V)
+                else:
+                    q_i = _without(q[b, cur[b]], removed[b])          # (L, V)
                 ratio = (r[b].gather(-1, x[:, None]) / q_i.gather(-1, x[:, None])).squeeze(-1)  # (L,)
                 # u in (0, 1], as in ``verify``: u <= ratio accepts with probability exactly min(1, ratio).
                 u = 1.0 - torch.rand(len(b), generator=generator, device=dev)  # (L,)

@@ -226,15 +226,15 @@ def explain(r: RoundTrace, phase: str, drafter: str = MODEL.name, greedy: bool =
         if k == 0:
             why = (f"Adaptive K drafted nothing: {plan_text(r.plan)}." if r.draft_stop == DraftStop.PACED and r.plan else
                    "Only one more token fits in the budget, so nothing was drafted." if r.draft_stop == DraftStop.BUDGET
-                   else "The drafter proposed nothing this round (prompt lookup found no earlier occurrence of the "
-                   "context's last tokens).")
+                   else "The drafter proposed nothing this round (no earlier occurrence of the context's last tokens "
+                   "to copy from).")
             return f"**Draft.** {why} The round is one plain verifier step."
         how = ("Prompt lookup copied the tokens that followed the latest earlier occurrence of the context's last "
                "n-gram; it is deterministic, so q is one-hot (q(x) = 1) and a token will be kept with probability "
                "p(x)." if drafter == LOOKUP.name or r.drafted_by == DraftedBy.LOOKUP else
                f"The small draft model ran {plural(k, 'cheap forward pass', 'cheap forward passes')}, sampling each token "
                "from its distribution q and reporting exactly that q(x)." + (
-                   " (The hybrid drafter uses the model only where prompt lookup finds nothing to copy.)"
+                   " (This drafter uses the model only where nothing earlier matched well enough to copy.)"
                    if r.drafted_by == DraftedBy.MODEL else ""))
         return (f"**Draft.** {how} Nothing is committed yet: the {plural(k, 'token is', 'tokens are')} only a guess at "
                 "the verifier's output.")

@@ -5,6 +5,7 @@ did to the tree and the two caches (SpecInfer, Miao et al. 2023; recursive rejec
 from __future__ import annotations
 
 from specdec.decode.proposal import children
+from specdec.decode.suffix import ALPHA
 from specdec.teach.render import DASH, draft_depth, plan_text, plural, verify_cost_text
 from specdec.trace import ACCEPTED, BONUS, PLAIN, REJECTED, DraftStop, RoundTrace
 
@@ -37,6 +38,8 @@ def sibling_quotients(r: RoundTrace) -> dict[int, tuple[float, float]]:
     rejected before the node removed and renormalised: q′(x) = q(x) / (1 − their q). r is p for a first
     child; after a rejection, the residual it left, whose value at x the trace holds as ratio · q′(x)."""
     nodes, out, gone = r.tree.nodes, {}, {}
+    if r.tree.copied:  # nothing drawn: q′ is one-hot at each node's own token, and the ratio is r(x) itself
+        return {j: (nodes[j].ratio, 1.0) for j in _tested(r)}
     for j in _tested(r):
         n = nodes[j]
         removed = gone.get(n.parent, 0.0)
@@ -103,13 +106,24 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
     is in its node's box (the app's table otherwise)."""
     t, nodes = r.tree, r.tree.nodes
     n, depth = len(nodes) - 1, draft_depth(r)
-    if n == 0 and phase != "commit":  # one token left in the budget: a plain verifier step
-        return {"draft": "**Draft.** Nothing was drafted: only one more token fits in the budget (max new tokens or "
-                         "the context), so the round is one plain verifier step.",
+    if n == 0 and phase != "commit":  # a plain verifier step
+        why = ({DraftStop.NO_MATCH: DraftStop.NO_MATCH.text,
+                DraftStop.PACED: f"Adaptive K drafted nothing: {plan_text(r.plan)}." if r.plan else ""}.get(
+            r.draft_stop) or "Only one more token fits in the budget (max new tokens or the context).")
+        return {"draft": f"**Draft.** Nothing was drafted. {why} The round is one plain verifier step.",
                 "verify": "**Verify.** One verifier forward produced p for the next position, exactly as plain "
                           "decoding would.",
                 "accept": f"**Accept/reject.** Nothing to test: {quote(r.next_token.text)} was drawn from p, as plain "
                           "decoding would."}[phase]
+    if phase == "draft" and t.copied:
+        shares = ", ".join(f"{quote(nodes[j].text)} {nodes[j].path_q:.0%}" for j in range(1, len(nodes))
+                           if nodes[j].parent == 0)
+        return (f"**Draft.** The suffix tree found the context's last {plural(r.match, 'token', 'tokens')} earlier (in "
+                f"the prompt, this output or an earlier run) and proposed what followed them, with no draft forward: "
+                f"a tree of the continuations, each branch as often as it followed (at the root: {shares}), at most "
+                f"W = {t.width} children a node and {t.budget} nodes ({ALPHA:g} per matched token, at most the run's cap). "
+                f"{plural(n, 'node', 'nodes')} in {plural(depth, 'depth', 'depths')}. Nothing was drawn, so each node's "
+                "q is one-hot at its own token. Nothing is committed yet: the verifier will keep at most one path of it.")
     if phase == "draft":
         how = "q's top tokens" if greedy else "draws from q without replacement, in draw order"
         stop = DraftStop(r.draft_stop).tree_text.format(k=k, depth=depth, budget=t.budget,
@@ -136,6 +150,12 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
             head = ("**Accept/reject.** At temperature 0 the walk is SpecInfer's VerifyGreedy: from the root it steps "
                     "to the child whose token is the verifier's argmax, as long as there is one; q and u play no "
                     "part, so the output is the verifier's greedy sequence. ")
+        elif t.copied:
+            head = ("**Accept/reject.** " + ("" if drawn else "The walk starts at the root. ") +
+                    "A node's children are tested in order: nothing was drawn, so each child's q′ is one-hot at its "
+                    "own token and child x is kept iff u ≤ r(x), r being p at first; after a rejection r loses x "
+                    "(renormalised: norm(max(0, r − one-hot(x)))), so the next sibling is tested against what is left " +
+                    ("(its r in the node's box). " if drawn else "(the table). A kept child is where the walk goes on. "))
         else:
             head = ("**Accept/reject.** " + ("" if drawn else "The walk starts at the root. ") +
                     "A node's children are tested in order: child x is kept iff u ≤ r(x)/q′(x), r being p and q′ "

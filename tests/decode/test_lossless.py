@@ -8,11 +8,11 @@ top-k and top-p on; the histogram of each emitted position must be within ``nois
 drafting) fails. Multi-round: the whole engine on tiny random models against the exact
 verifier marginals.
 """
-import itertools
 
 import pytest
 import torch
 from helpers import tiny
+from helpers.tiny import exact_marginals as _exact_marginals
 
 from specdec import DecodeConfig, Generation, SamplingConfig, make_drafter
 from specdec.decode.rule import verify
@@ -64,23 +64,6 @@ def test_warpers_match_transformers_generate():
                                                                      top_p=top_p), input_ids_seq_length=1)
         expected = torch.softmax(hf(torch.zeros(2, 1, dtype=torch.long), logits.clone()), -1)
         assert torch.allclose(probs_from_logits(logits, SamplingConfig(t, k, top_p)), expected)
-
-
-def _exact_marginals(model, prompt, sampling, n):
-    """Exact distribution of each of the first n tokens under the verifier alone, by enumeration."""
-    vocab = tiny.V
-    prefixes, weights, marginals = [[]], torch.ones(1), []
-    with torch.inference_mode():
-        for _ in range(n):
-            x = torch.tensor([prompt + pre for pre in prefixes])
-            probs = probs_from_logits(model(x).logits[:, -1, :vocab], sampling)       # (P, V)
-            marginals.append((weights[:, None] * probs).sum(0))
-            joint = weights[:, None] * probs
-            keep = joint.flatten() > 1e-5  # prune negligible branches (their mass bounds the error)
-            pairs = list(itertools.product(range(len(prefixes)), range(vocab)))
-            prefixes = [prefixes[i] + [t] for (i, t), k in zip(pairs, keep.tolist()) if k]
-            weights = joint.flatten()[keep]
-    return marginals
 
 
 def test_multi_round_engine_emits_the_verifier_distribution():
