@@ -356,6 +356,28 @@ def race_figure(runs: list[tuple[str, str, list[RoundTrace]]]) -> go.Figure:
                    xaxis_title="seconds", yaxis_title="tokens")
 
 
+def drafters_figure(rows) -> go.Figure:
+    """The drafters' race (:class:`specdec.teach.race.RaceRow` per drafter): the speed-up over verifier-only
+    decoding, against a line at 1 (verifier-only itself), and the tokens emitted per verifier forward."""
+    names = [r.label for r in rows]
+    colors = [BASELINE_COLOR if r.acceptance is None else CHAIN_COLOR for r in rows]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
+                        subplot_titles=("speed-up = decode tok/s / verifier-only's", "tokens per round"))
+    fig.add_trace(go.Bar(x=names, y=[r.speedup for r in rows], marker_color=colors, name="speed-up",
+                         text=[f"{r.speedup:.2f}x" for r in rows], textposition="outside", showlegend=False),
+                  row=1, col=1)
+    fig.add_trace(go.Bar(x=names, y=[r.tokens_per_round for r in rows], marker_color=colors, name="tokens per round",
+                         text=[f"{r.tokens_per_round:.2f}" for r in rows], textposition="outside",
+                         showlegend=False), row=1, col=2)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#6b7280", annotation_text="verifier only",
+                  annotation_position="top left", row=1, col=1)
+    fig.update_yaxes(title_text="speed-up (x)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="tokens per verifier forward", rangemode="tozero", row=1, col=2)
+    fig.update_xaxes(title_text="drafter", tickangle=-30, automargin=True)
+    return _layout(fig, "Every drafter on one prompt", height=380,
+                   subtitle="decode only (the prefill excluded); grey: verifier only, which drafts nothing")
+
+
 def speedup_figure(m: CostModel, k_max: int) -> go.Figure:
     """S(K) = E(a, K) / (K c + v(K)) over a constant K (:class:`CostModel`), with the measured speed-up on it."""
     ks = list(range(1, max(k_max, 8) + 1))

@@ -39,7 +39,7 @@ from specdec_ui.views import Problem, field_message
 from specdec_ui.wiring import AS_EDITED, Page, checked, hint
 
 # The tabs in the order of the lesson, each the module of that name in specdec_ui/tabs (its id on the page too).
-TABS = ("rule", "step", "run", "compare")
+TABS = ("rule", "step", "run", "compare", "race")
 EXAMPLES = [
     # the default: on the embedded pair its first round drafts six tokens, keeps five and replaces the sixth
     ["Write a Python function that returns the n-th Fibonacci number iteratively. Reply with the code only.",

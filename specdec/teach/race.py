@@ -5,10 +5,11 @@ the prompt's prefill excluded), against the verifier-only run of the same settin
 
 * **tokens / round**: tokens emitted per verifier forward (a plain step emits 1);
 * **a = kept / tested**: drafts kept over drafts the rule decided on (a tree: its accepted path and the
-  first rejected child, its chain view; :func:`specdec.teach.theory.acceptance`);
-* **c**: drafting time per drafted token, in verifier-only steps t1 (Leviathan et al.'s c, measured:
+  first rejected child, its chain view: :func:`specdec.teach.theory.acceptance`);
+* **c**: drafting time per drafted token, in verifier-only steps (Leviathan et al.'s c, measured:
   :class:`specdec.teach.theory.CostModel`); about 0 for the drafters that copy (no forward);
-* **decode tok/s** and the **speed-up** over the verifier-only run's decode tok/s;
+* **decode tok/s**: tokens per second of the rounds' compute, the prompt's prefill excluded;
+* **speed-up**: decode tok/s over the verifier-only run's decode tok/s;
 * **identical**: at temperature 0, whether the output is the verifier-only output token for token
   (it must be: every drafter is lossless); at T > 0 outputs differ by design and nothing is claimed.
 
@@ -22,6 +23,7 @@ pool, as any run does, so that racing the same prompt again shows what a second 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Iterator
 
 from specdec.decode.registry import (
     DRAFTERS,
@@ -33,6 +35,7 @@ from specdec.decode.registry import (
     TREE,
     VERIFIER_ONLY,
 )
+from specdec.decode.engine import Generation
 from specdec.decode.start import start
 from specdec.decode.suffix import Document, session_pool
 from specdec.options import ConfigError, DecodeConfig, flat
@@ -40,6 +43,17 @@ from specdec.teach.theory import acceptance, cost_model, decode_tokens_per_s
 from specdec.trace import DraftedBy
 
 RACERS = (VERIFIER_ONLY.name, MODEL.name, LOOKUP.name, HYBRID.name, SUFFIX.name, SUFFIX_MODEL.name, TREE.name)
+# The columns' definitions, in the words of this docstring, for a table to show beside its numbers.
+DEFINITIONS = {
+    "tokens / round": "tokens emitted per verifier forward (a plain step emits 1)",
+    "a = kept / tested": "drafts kept over drafts the rule decided on",
+    "c": "drafting time per drafted token, in verifier-only steps (Leviathan et al.'s c, measured); about 0 for "
+         "the drafters that copy (no forward)",
+    "decode tok/s": "tokens per second of the rounds' compute, the prompt's prefill excluded",
+    "speed-up": "decode tok/s over the verifier-only run's decode tok/s",
+    "identical": "at temperature 0, whether the output is the verifier-only output token for token (it must be: "
+                 "every drafter is lossless); at T > 0 outputs differ by design and nothing is claimed",
+}
 VERIFIER = "verifier"  # a token the verifier chose itself: a resample, a bonus, a plain step
 # who proposes a kept token of each drafter that does not say per round
 PROPOSER = {MODEL.name: str(DraftedBy.MODEL), TREE.name: str(DraftedBy.MODEL), LOOKUP.name: str(DraftedBy.LOOKUP),
@@ -97,7 +111,8 @@ def proposer(drafter: str, round_) -> str:
     return PROPOSER.get(drafter, drafter)
 
 
-def _row(drafter: str, gen, base, greedy: bool) -> RaceRow:
+def row(drafter: str, gen: Generation, base: Generation, greedy: bool) -> RaceRow:
+    """One run's row against the verifier-only run ``base`` of the same settings (module docstring)."""
     rounds = gen.rounds
     drafted = sum(r.drafted for r in rounds)
     costs = cost_model(base.rounds, rounds) if drafter != VERIFIER_ONLY.name else None
@@ -118,36 +133,55 @@ def _row(drafter: str, gen, base, greedy: bool) -> RaceRow:
                    kept_by, tuple(pieces), gen.text)
 
 
-def race(pair, prompt: str, cfg: DecodeConfig, drafters: tuple[str, ...] = RACERS, chat: bool = True,
-         progress=None) -> Race:
-    """Run ``prompt`` with verifier-only decoding, then with each of ``drafters`` (module docstring).
-    ``progress(fraction, message)`` is told before each run."""
+def heats(pair, prompt: str, cfg: DecodeConfig, drafters: tuple[str, ...] = RACERS,
+          chat: bool = True) -> Iterator[tuple[str, Generation | str]]:
+    """The race one run at a time: (drafter, its generation, not run yet), verifier-only first, then
+    each of ``drafters``; in place of a generation, why that drafter cannot run on ``pair``. The
+    caller drives each generation (``run()``, or a round at a time) before asking for the next; the
+    pool is held still throughout, and once the last has been driven the verifier-only run joins it.
+    Closed early (a stopped race), it leaves the pool as it was."""
     unknown = [d for d in drafters if d not in DRAFTERS]
     if unknown:
         raise ConfigError(f"drafters must be among {', '.join(DRAFTERS)} (got {', '.join(unknown)})", "drafters")
-    todo = [d for d in drafters if d != VERIFIER_ONLY.name]
-    skipped = tuple(f"{d}: needs a draft model (none is loaded)" for d in todo if DRAFTERS[d].needs_draft
-                    and pair.draft is None)
-    todo = [d for d in todo if not (DRAFTERS[d].needs_draft and pair.draft is None)]
     pool = session_pool(pair.target_name)
     before = list(pool.documents)
-    greedy = cfg.sampling.greedy
-
-    def run(i: int, drafter: str):
-        if progress:
-            progress(i / (len(todo) + 1), f"racing: {DRAFTERS[drafter].label}")
+    base = start(pair, prompt, cfg, VERIFIER_ONLY.name, chat)
+    for drafter in (VERIFIER_ONLY.name, *(d for d in drafters if d != VERIFIER_ONLY.name)):
+        if DRAFTERS[drafter].needs_draft and pair.draft is None:
+            yield drafter, "needs a draft model (none is loaded)"
+            continue
         try:
-            return start(pair, prompt, cfg, drafter, chat).run()
+            gen = base if drafter == VERIFIER_ONLY.name else start(pair, prompt, cfg, drafter, chat)
+        except ConfigError as e:  # a drafter these models cannot run (the tree without the lean forward)
+            yield drafter, str(e)
+            continue
+        try:
+            yield drafter, gen
         finally:
             pool.documents[:] = before  # no racer reads another's output of this prompt
-    base = run(0, VERIFIER_ONLY.name)
-    rows = [_row(VERIFIER_ONLY.name, base, base, greedy)]
-    for i, drafter in enumerate(todo, 1):
-        rows.append(_row(drafter, run(i, drafter), base, greedy))
     ids, hidden = pair.encode_marked(prompt, chat=chat)  # the race, like any run, joins the pool once
     doc = Document()
     doc.extend(ids + base.token_ids, hidden)
     pool.add(doc)
+
+
+def race(pair, prompt: str, cfg: DecodeConfig, drafters: tuple[str, ...] = RACERS, chat: bool = True,
+         progress=None) -> Race:
+    """Run ``prompt`` with verifier-only decoding, then with each of ``drafters`` (module docstring).
+    ``progress(fraction, message)`` is told before each run."""
+    rows: list[RaceRow] = []
+    skipped: list[str] = []
+    base = None
+    n = 1 + len([d for d in drafters if d != VERIFIER_ONLY.name])
+    for i, (drafter, gen) in enumerate(heats(pair, prompt, cfg, drafters, chat)):
+        if isinstance(gen, str):
+            skipped.append(f"{drafter}: {gen}")
+            continue
+        if progress:
+            progress(i / n, f"racing: {DRAFTERS[drafter].label}")
+        gen.run()
+        base = base or gen
+        rows.append(row(drafter, gen, base, cfg.sampling.greedy))
     if progress:
         progress(1.0, "race done")
-    return Race(prompt, flat(cfg), tuple(rows), skipped)
+    return Race(prompt, flat(cfg), tuple(rows), tuple(skipped))

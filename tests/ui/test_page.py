@@ -120,7 +120,7 @@ def test_every_child_of_the_pages_tabs_is_a_tab():
     from specdec_ui.page import build_demo
     demo = build_demo(Loader(ModelChoice()))
     tabs = [b for b in demo.blocks.values() if isinstance(b, gr.Tabs)]
-    assert len(tabs) == 1 and [c.label for c in tabs[0].children] == ["Rule", "Step through", "Run", "Compare"]
+    assert len(tabs) == 1 and [c.label for c in tabs[0].children] == ["Rule", "Step through", "Run", "Compare", "Race"]
     assert all(isinstance(c, gr.Tab) for c in tabs[0].children)
 
 

@@ -1,0 +1,190 @@
+"""The Race tab: one prompt, one verifier, every drafter, the sidebar's settings, one after another
+(:mod:`specdec.teach.race`). A row per drafter with the race's numbers, each defined beside the table in
+the race module's words; a chart of the speed-ups and tokens per round; each output coloured by who
+proposed each kept token.
+
+The drafters run one at a time, each driven by a :class:`~specdec_ui.state.Worker` a round at a time
+under the models' lock, as every run of the app is; Stop ends the run in progress before its next round,
+and the race there: the rows are the drafters that finished.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from html import escape
+from typing import Any, Iterator
+
+import gradio as gr
+
+from specdec import ConfigError
+from specdec.decode.registry import DRAFTERS
+from specdec.teach.race import DEFINITIONS, RACERS, VERIFIER, RaceRow, heats, row
+from specdec.trace import DraftedBy
+from specdec_ui import charts
+from specdec_ui.markup import whitespace_html
+from specdec_ui.state import FORM, Loader, Session, Worker
+from specdec_ui.views import WAITING, Problem, follow, problem, read_settings, stop
+from specdec_ui.wiring import SHOW_FIELD_ERROR, Page, view_outputs
+
+INTRO = ("**One prompt, one verifier, every drafter**, one after another, each with the sidebar's settings (prompt, "
+         "K, temperature, max new tokens, seed...; the sidebar's drafter is the one setting not used): first "
+         "verifier-only decoding, the baseline, then each drafter against it. At T > 0 every run generates exactly "
+         "max-new-tokens tokens (a stop token does not end one early): equal work, so that the speeds compare.")
+# Who proposed a kept token: (words, fill, underline). Okabe-Ito hues, lightened so that the ink reads
+# on each at 7:1 or more, and a second cue, the underline, so that colour is never the only one.
+PROPOSERS = {str(DraftedBy.MODEL): ("the draft model", "#bfdbfe", "3px solid #1d4ed8"),
+             str(DraftedBy.LOOKUP): ("prompt lookup", "#fed7aa", "3px dashed #c2410c"),
+             str(DraftedBy.SUFFIX): ("the suffix tree", "#a7f3d0", "3px double #047857"),
+             VERIFIER: ("the verifier (a resample, a bonus, a plain step)", "#e5e7eb", "none")}
+TRY = ("**Try:** press the button again on the same prompt: the suffix tree's pool now holds the first race's "
+       "output, which is what a second run of the same task gains. Then an *edit this code* prompt (the last "
+       "example: rename a variable and return the full code), where the drafters that copy (lookup, the suffix "
+       "tree) shine with c about 0; on fresh prose nothing earlier matches, and none of them should.")
+STOPPED = "**Stopped.** The rows are the drafters that finished before the stop; the others did not run."
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaceView:
+    badge: str     # the race's progress, or how it ended
+    table: str     # HTML: a row per drafter that finished, and the drafters not run, with why
+    chart: Any     # speed-up and tokens per round per drafter; None until the race ends
+    outputs: str   # HTML: each drafter's output coloured by who proposed each kept token
+
+
+# ---- the view ------------------------------------------------------------------------------------
+
+def _badge(r: RaceRow) -> str:
+    if r.identical is None:
+        return '<span class="race-badge cmp-by-design">sampled: not compared</span>'
+    if r.identical:
+        return '<span class="race-badge cmp-identical">✓ yes</span>'
+    return '<span class="race-badge cmp-differ">✗ NO</span>'
+
+
+def table_html(rows: list[RaceRow], skipped: list[str]) -> str:
+    """The rows, verifier-only first, then the drafters not run and why, then every column's definition."""
+    if not rows:
+        return ""
+    head = ("drafter", "tokens", "rounds", "tokens / round", "a = kept / tested", "c", "decode tok/s", "speed-up",
+            "identical")
+    body = "".join(
+        f"<tr><th scope=\"row\">{escape(r.label)}</th><td>{r.tokens}</td><td>{r.rounds}</td>"
+        f"<td>{r.tokens_per_round:.2f}</td><td>{'–' if r.acceptance is None else f'{r.acceptance:.0%}'}</td>"
+        f"<td>{'–' if r.c is None else f'{r.c:.2f}'}</td><td>{r.decode_tok_s:.2f}</td><td>{r.speedup:.2f}x</td>"
+        f"<td>{_badge(r)}</td></tr>" for r in rows)
+    table = ('<table class="race-table"><thead><tr>' + "".join(f'<th scope="col">{escape(h)}</th>' for h in head)
+             + f"</tr></thead><tbody>{body}</tbody></table>")
+    not_run = "".join(f"<li>{escape(s)}</li>" for s in skipped)
+    words = "".join(f"<li><b>{escape(name)}</b>: {escape(text)}</li>" for name, text in DEFINITIONS.items())
+    return (table + (f'<p class="race-note">Not run:</p><ul class="race-note">{not_run}</ul>' if skipped else "")
+            + f'<ul class="race-note">{words}</ul>')
+
+
+def legend_html() -> str:
+    """One chip per proposer, in the colours and underlines of the outputs."""
+    chips = "".join(f'<span class="race-by" style="background:{fill};border-bottom:{line}">{escape(words)}</span> '
+                    for words, fill, line in PROPOSERS.values())
+    return f'<div class="spec-legend" role="note" aria-label="who proposed each token">Proposed by: {chips}</div>'
+
+
+def pieces_html(pieces: tuple) -> str:
+    """The output as a run of spans, one per stretch of tokens with one proposer, whitespace kept."""
+    out, i = [], 0
+    while i < len(pieces):
+        who = pieces[i][1]
+        j = i
+        while j < len(pieces) and pieces[j][1] == who:
+            j += 1
+        words, fill, line = PROPOSERS[who]
+        text = "".join(p for p, _ in pieces[i:j])
+        out.append(f'<span class="race-by race-by-{who}" style="background:{fill};border-bottom:{line}" '
+                   f'title="{escape(f"proposed by {words}", quote=True)}">{whitespace_html(text)}</span>')
+        i = j
+    return '<div class="spec-tokens">' + "".join(out) + "</div>"
+
+
+def outputs_html(rows: list[RaceRow]) -> str:
+    """Each drafter's output under its name and its kept tokens by proposer, after the legend."""
+    if not rows:
+        return ""
+    parts = [legend_html()]
+    for r in rows:
+        counts = ", ".join(f"{PROPOSERS[who][0].split(' (')[0]} {n}" for who, n in r.kept_by.items())
+        parts.append(f'<p class="race-out-title"><b>{escape(r.label)}</b>: {escape(counts)}</p>'
+                     + pieces_html(r.pieces))
+    return "".join(parts)
+
+
+def race_view(rows: list[RaceRow], skipped: list[str], badge: str, final: bool) -> RaceView:
+    return RaceView(badge=badge, table=table_html(rows, skipped),
+                    chart=charts.drafters_figure(rows) if final and rows else None, outputs=outputs_html(rows))
+
+
+# ---- the button ---------------------------------------------------------------------------------
+
+def race(loader: Loader, session: Session, form: dict) -> Iterator[RaceView | Problem]:
+    """Verifier-only decoding, then every drafter, on the sidebar's settings, one run at a time; a view
+    as each run goes, and one when the race has ended or was stopped."""
+    settings = read_settings(loader, form, session)
+    if isinstance(settings, Problem):
+        yield settings
+        return
+    greedy = settings.decode.sampling.greedy
+    cfg = replace(settings.decode, ignore_eos=not greedy)
+    runs = heats(loader.pair, settings.prompt, cfg, RACERS, settings.chat_template)
+    rows: list[RaceRow] = []
+    skipped: list[str] = []
+    session.stop, session.running = False, []
+    base = None
+    try:
+        for i, (drafter, gen) in enumerate(runs, 1):
+            if isinstance(gen, str):
+                skipped.append(f"{DRAFTERS[drafter].label}: {gen}")
+                continue
+            if session.stop:
+                break
+            doing = f"Racing {i} of {len(RACERS)}: **{DRAFTERS[drafter].label}**..."
+            session.running = [gen]
+            yield race_view(rows, skipped, doing, False)
+            worker = Worker([[gen]], stopped=lambda: session.stop)
+            yield from follow(worker, lambda waiting: race_view(rows, skipped, WAITING if waiting else doing, False),
+                              [gen])
+            if worker.error is not None:
+                yield problem(worker.error)
+                return
+            if session.stop or not gen.done:
+                break
+            base = base or gen
+            rows.append(row(drafter, gen, base, greedy))
+    except ConfigError as e:
+        yield problem(e, form)
+        return
+    finally:
+        session.running = []
+        runs.close()  # a race ended early leaves the suffix tree's pool as it was
+    yield race_view(rows, skipped, STOPPED if session.stop else f"**Done:** {len(rows)} runs.", True)
+
+
+# ---- the tab ----------------------------------------------------------------------------------
+
+def build(page: Page, tab_id: str) -> None:
+    """The tab, inside ``gr.Tabs``: the buttons, the table with its definitions, the chart and the outputs."""
+    loader, session, form = page.loader, page.session, page.form
+    with gr.Tab("Race", id=tab_id):
+        about = gr.State(None)
+        gr.Markdown(INTRO)
+        with gr.Row():
+            race_b = gr.Button("Race every drafter", variant="primary", min_width=160)
+            stop_b = gr.Button("Stop", variant="stop", min_width=90)
+        alert = gr.Markdown(elem_classes=["spec-alert"])
+        view = {"badge": gr.Markdown(), "table": gr.HTML()}
+        gr.Markdown(TRY)
+        view["chart"] = gr.Plot(visible=False, show_label=False)
+        view["outputs"] = gr.HTML()
+    outputs, show = view_outputs(RaceView, view, form, alert, page.sidebar, loader=loader, about=about)
+
+    def listener(session_, *values):
+        for i, result in enumerate(race(loader, session_, dict(zip(FORM, values)))):
+            yield show(result, first=i == 0)
+    race_b.click(listener, [session, *form.values()], outputs).then(None, None, None, js=SHOW_FIELD_ERROR)
+    stop_b.click(stop, session, view["badge"])
+    page.needs_models.append(race_b)
