@@ -125,6 +125,28 @@ def test_hybrid_drafter_on_the_real_pair(real_pair, capsys):
     assert "draft precision" in err and real_pair.draft_precision is not None  # chosen on the draft's own shapes
 
 
+RACE_PROMPTS = [  # fresh code, an edit of code already in the prompt, prose
+    PROMPTS[0],
+    "Rename x to total in this code and return it unchanged otherwise:\n"
+    "def f(items):\n    x = 0\n    for i in items:\n        x += i\n    return x\n",
+    PROMPTS[2],
+]
+
+
+@pytest.mark.parametrize("prompt", RACE_PROMPTS, ids=["code", "edit", "prose"])
+def test_every_drafter_races_to_the_verifiers_greedy_output(real_pair, capsys, prompt):
+    """``race``: verifier-only, then every drafter, on one prompt: at T = 0 each output is the verifier's,
+    token for token; on the edit the copying drafters find what to copy."""
+    code, out, err = run_cli(capsys, "race", "--prompt", prompt, "--max-new-tokens", "40")
+    assert code == 0, err
+    rows = {r["drafter"]: r for r in out["rows"]}
+    assert set(rows) == {"none", "model", "lookup", "hybrid", "suffix", "suffix-model", "tree"}
+    for name, row in rows.items():
+        assert row["identical"] is True, (name, first_difference(rows["none"]["text"], row["text"]))
+    if "Rename" in prompt:
+        assert rows["suffix"]["kept_by"].get("suffix", 0) > 5 and rows["lookup"]["kept_by"].get("lookup", 0) > 5
+
+
 def test_prompt_longer_than_the_context_is_a_clear_error(real_pair, capsys):
     code, _, err = run_cli(capsys, "generate", "--prompt", "word " * (real_pair.max_positions + 10))
     assert code == 2 and err.strip().splitlines()[-1].startswith(
