@@ -107,6 +107,7 @@ class DraftedBy(Named):
     LOOKUP = ("lookup", ("Prompt lookup drafted this round: it found the last tokens earlier and copied what "
                          "followed, with no draft forward. "))
     MODEL = "model", "The draft model drafted this round: nothing earlier matched the last tokens well enough to copy. "
+    SELF = "self", "The verifier with some of its layers skipped drafted this round. "
     SUFFIX = ("suffix", ("The suffix tree drafted this round: the last tokens occurred before (in the prompt, the "
                          "output or an earlier run), and it proposed what followed them, each branch as often as it "
                          "followed, with no draft forward. "))

@@ -17,11 +17,12 @@ from specdec.decode.drafters import (
     ModelDrafter,
     NoDrafter,
 )
+from specdec.decode.self_draft import SelfDrafter, choose_skip
 from specdec.decode.suffix import SuffixDrafter, SuffixElseModel, session_pool
 from specdec.decode.tree import TreeDrafter
 from specdec.decode.tree_shape import resolve
 from specdec.model.devices import Clock
-from specdec.options import DecodeConfig
+from specdec.options import ConfigError, DecodeConfig
 
 HYBRID_MIN_NGRAM = 3  # the n-gram length that measured fastest on held-out code: benchmarks/results/levers-*.json
 
@@ -75,6 +76,14 @@ def _suffix(m: Making) -> SuffixDrafter:
                          nodes=m.cfg.tree_nodes or 2 * m.cfg.k, device=m.pair.device)
 
 
+def _self(m: Making) -> SelfDrafter:
+    from specdec.model.qwen2 import LeanQwen2
+    if not isinstance(m.pair.target, LeanQwen2):
+        raise ConfigError("drafter 'self' needs the lean Qwen2 forward in the verifier (Qwen2 models on the CPU)",
+                          "drafter")
+    return SelfDrafter(m.pair.target, choose_skip(m.pair), m.pair.vocab_size, m.clock, m.stop_ids)
+
+
 MODEL = DrafterKind("model", "draft model", True, _model, paced=True)
 SUFFIX = DrafterKind("suffix", "suffix tree", False, _suffix,
                      help="a token tree of what followed the last tokens in the prompt, the output and earlier runs")
@@ -88,7 +97,9 @@ LOOKUP = DrafterKind("lookup", "prompt lookup", False,
                      lambda m: LookupDrafter(m.pair.vocab_size, hidden=m.hidden, device=m.pair.device))
 VERIFIER_ONLY = DrafterKind("none", "verifier only", False, lambda m: NoDrafter(m.pair.vocab_size, m.pair.device),
                             help="verifier only", in_app=False)
-DRAFTERS = {d.name: d for d in (MODEL, HYBRID, TREE, LOOKUP, SUFFIX, SUFFIX_MODEL, VERIFIER_ONLY)}
+SELF = DrafterKind("self", "the verifier, layers skipped", False, _self,
+                   help="the verifier drafting for itself with some layers skipped (chosen on this machine, cached)")
+DRAFTERS = {d.name: d for d in (MODEL, HYBRID, TREE, LOOKUP, SUFFIX, SUFFIX_MODEL, SELF, VERIFIER_ONLY)}
 
 
 def needs_draft(name: str) -> bool:

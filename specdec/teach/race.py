@@ -30,6 +30,7 @@ from specdec.decode.registry import (
     HYBRID,
     LOOKUP,
     MODEL,
+    SELF,
     SUFFIX,
     SUFFIX_MODEL,
     TREE,
@@ -42,7 +43,8 @@ from specdec.options import ConfigError, DecodeConfig, flat
 from specdec.teach.theory import acceptance, cost_model, decode_tokens_per_s
 from specdec.trace import DraftedBy
 
-RACERS = (VERIFIER_ONLY.name, MODEL.name, LOOKUP.name, HYBRID.name, SUFFIX.name, SUFFIX_MODEL.name, TREE.name)
+RACERS = (VERIFIER_ONLY.name, MODEL.name, LOOKUP.name, HYBRID.name, SUFFIX.name, SUFFIX_MODEL.name, SELF.name,
+          TREE.name)
 # The columns' definitions, in the words of this docstring, for a table to show beside its numbers.
 DEFINITIONS = {
     "tokens / round": "tokens emitted per verifier forward (a plain step emits 1)",
@@ -57,7 +59,7 @@ DEFINITIONS = {
 VERIFIER = "verifier"  # a token the verifier chose itself: a resample, a bonus, a plain step
 # who proposes a kept token of each drafter that does not say per round
 PROPOSER = {MODEL.name: str(DraftedBy.MODEL), TREE.name: str(DraftedBy.MODEL), LOOKUP.name: str(DraftedBy.LOOKUP),
-            SUFFIX.name: str(DraftedBy.SUFFIX)}
+            SUFFIX.name: str(DraftedBy.SUFFIX), SELF.name: str(DraftedBy.SELF)}
 
 
 @dataclass(frozen=True)

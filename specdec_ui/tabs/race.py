@@ -34,6 +34,7 @@ INTRO = ("**One prompt, one verifier, every drafter**, one after another, each w
 PROPOSERS = {str(DraftedBy.MODEL): ("the draft model", "#bfdbfe", "3px solid #1d4ed8"),
              str(DraftedBy.LOOKUP): ("prompt lookup", "#fed7aa", "3px dashed #c2410c"),
              str(DraftedBy.SUFFIX): ("the suffix tree", "#a7f3d0", "3px double #047857"),
+             str(DraftedBy.SELF): ("the verifier, layers skipped", "#f5d0fe", "3px dotted #a21caf"),
              VERIFIER: ("the verifier (a resample, a bonus, a plain step)", "#e5e7eb", "none")}
 TRY = ("**Try:** press the button again on the same prompt: the suffix tree's pool now holds the first race's "
        "output, which is what a second run of the same task gains. Then an *edit this code* prompt (the last "

@@ -32,7 +32,7 @@ def cli_error(capsys, *args) -> str:
     (["--top-k", "-1"], "top_k must be an integer >= 0"),
     (["--max-new-tokens", "0"], "max_new_tokens must be an integer >= 1"),
     (["--device", "tpu"], "device must be one of auto, cpu, cuda, mps"),
-    (["--drafter", "oracle"], "drafter must be one of model, hybrid, tree, lookup, suffix, suffix-model, none"),
+    (["--drafter", "oracle"], "drafter must be one of model, hybrid, tree, lookup, suffix, suffix-model, self, none"),
     (["--precision", "int3"], "precision must be one of auto, float32, bfloat16, float16, int8, int4"),
 ])
 def test_cli_rejects_bad_settings(capsys, args, field):

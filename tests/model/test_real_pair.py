@@ -140,7 +140,7 @@ def test_every_drafter_races_to_the_verifiers_greedy_output(real_pair, capsys, p
     code, out, err = run_cli(capsys, "race", "--prompt", prompt, "--max-new-tokens", "40")
     assert code == 0, err
     rows = {r["drafter"]: r for r in out["rows"]}
-    assert set(rows) == {"none", "model", "lookup", "hybrid", "suffix", "suffix-model", "tree"}
+    assert set(rows) == {"none", "model", "lookup", "hybrid", "suffix", "suffix-model", "self", "tree"}
     for name, row in rows.items():
         assert row["identical"] is True, (name, first_difference(rows["none"]["text"], row["text"]))
     if "Rename" in prompt:
