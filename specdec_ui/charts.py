@@ -248,18 +248,25 @@ def acceptance_figure(rounds: list[RoundTrace]) -> go.Figure:
                              line_color=INK), secondary_y=True)
     paced = [r for r in rounds if r.plan is not None]
     trees = any(r.plan.width > 1 for r in paced)  # a tree drafter's adaptive run: the mark is N for a tree, K for a chain
-    asked, means = (("most drafts adaptive K asked for", "a tree's N, a chain's K; 0: a plain verifier step") if trees
-                    else ("K adaptive K asked for", "0: a plain verifier step"))
-    if paced:  # an adaptive run: the K (or tree) each round asked for, chosen from the rounds before it
-        fig.add_trace(go.Scatter(x=[r.index + 1 for r in paced], y=[r.plan.asked for r in paced], mode="markers",
-                                 name=asked, marker=dict(symbol="line-ew-open", size=14, color=INK),
-                                 text=[_shape(r.plan) for r in paced], hovertemplate="round %{x}: asked for %{text}"))
+    asked, means = (("drafts asked for (adaptive K)", "a tree's N, a chain's K") if trees
+                    else ("K asked for (adaptive K)", "its K"))
+    drafting = [r for r in paced if r.plan.asked > 0]
+    plain = [r for r in paced if r.plan.asked == 0]
+    if drafting:  # an adaptive run: the K (or tree) each round asked for, chosen from the rounds before it
+        fig.add_trace(go.Scatter(x=[r.index + 1 for r in drafting], y=[r.plan.asked for r in drafting],
+                                 mode="markers", name=asked, marker=dict(symbol="line-ew-open", size=14, color=INK),
+                                 text=[_shape(r.plan) for r in drafting], hovertemplate="round %{x}: asked for %{text}"))
+    if plain:  # K = 0: nothing drafted, so no bar; a mark above the axis so that the round is not empty space
+        fig.add_trace(go.Scatter(x=[r.index + 1 for r in plain], y=[0.25] * len(plain), mode="markers",
+                                 name="a plain verifier step (adaptive K: 0)",
+                                 marker=dict(symbol="x-thin-open", size=9, color=INK, line_width=1.5),
+                                 hovertemplate="round %{x}: a plain verifier step, nothing drafted"))
     drafts = "drafted nodes" if trees or any(r.tree is not None for r in rounds) else "drafted tokens"
     fig.update_yaxes(title_text=drafts, range=[0, max(s.k, *(r.plan.asked for r in paced), 1) + 0.5], secondary_y=False)
     fig.update_yaxes(title_text="a", range=[0, 1.05], tickmode="array", tickvals=[0, 0.25, 0.5, 0.75, 1],
                      showgrid=False, secondary_y=True)
-    fig = _layout(fig, "Drafts kept per round", subtitle="and the running acceptance a = kept / tested"
-                  + (f", the {asked} ({means})" if paced else ""),
+    fig = _layout(fig, "Drafts kept per round", subtitle="running a = kept / tested"
+                  + (f"; marks: {means} asked for, × a plain step" if paced else ""),
                   barmode="stack", xaxis_title="round")
     # the right-hand axis a, its tick labels and title (about 40 px), left of the toolbar
     return fig.update_layout(margin_r=MODEBAR_PX + 40)

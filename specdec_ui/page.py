@@ -304,7 +304,10 @@ def _progress_html(loader: Loader) -> str:
                 + (f', {escape(p.draft_name.removeprefix("embedded:"))} draft' if p.draft is not None else "")
                 + f" on {p.device.type}, {escape(p.precision.label)}"
                 + (f" / {escape(p.draft_precision.label)}" if p.draft is not None and p.draft_precision else "")
-                + f"{loaded}.</p>")
+                + f"{loaded}."
+                + (" Now timing this machine's forward costs (once per machine, about half a minute; the Verify "
+                   "text and Adaptive K read them): a round pressed meanwhile waits for it."
+                   if loader.timing else "") + "</p>")
     return (f'<label>Loading models: {escape(loader.message)} <progress aria-label="model loading" max="1" '
             f'value="{loader.fraction:.2f}" style="width: 100%"></progress></label>')
 
@@ -313,7 +316,7 @@ def _poll_loading(demo, loader: Loader, header: tuple, needs_models: list) -> No
     info, progress, timer, model_buttons = header
 
     def poll():
-        return [_progress_html(loader), _info(loader), gr.Timer(active=loader.loading),
+        return [_progress_html(loader), _info(loader), gr.Timer(active=loader.loading or loader.timing),
                 *[gr.Button(interactive=loader.pair is not None) for _ in needs_models],
                 *[gr.Button(interactive=not loader.loading) for _ in model_buttons]]
 

@@ -165,6 +165,7 @@ class Loader:
         self.models = models
         self.pair, self.error, self.seconds = pair, None, 0.0
         self.step_fit: tuple[float, float] | None = None  # this machine's verifier cost a + b·rows in ms, once timed
+        self.timing = False  # the costs are being timed (after "models ready"): the page says so
         self.fraction, self.message = (1.0, "models ready") if pair is not None else (0.0, "waiting to load the models")
         self.refused: Exception | None = None  # why the last switch failed (the pair before it was loaded again)
         self._thread: threading.Thread | None = None
@@ -261,12 +262,16 @@ class Loader:
             self._progress(0.99, "one short warm-up round (the first forward through the weights pays for reading "
                                  "them in; the first round you see should not)")
             warm_up(pair)
+            self.timing = True  # before the pair shows: the page's poll then goes on until the timing ends
             self.pair = pair
             self.seconds, self.message = time.perf_counter() - t0, "models ready"
             print(f"models ready in {self.seconds:.1f} s", file=sys.stderr, flush=True)  # the terminal's view
         except (ConfigError, ModelLoadError) as e:
             return e
-        self._time_verification()
+        try:
+            self._time_verification()
+        finally:
+            self.timing = False
         return None
 
     def _time_verification(self) -> None:

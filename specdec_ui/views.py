@@ -100,3 +100,16 @@ def stop(session: Session) -> str:
         return "Nothing is running."
     session.stop_runs()
     return "Stopping..."
+
+
+def adaptive_note(settings) -> str:
+    """A sentence where the form asks for Adaptive K but the drafter is one it does not pace (prompt lookup,
+    the suffix tree, the self-drafter, verifier only): otherwise it would be ignored in silence."""
+    from specdec.decode.registry import DRAFTERS
+    kind = DRAFTERS.get(settings.drafter)
+    if not settings.decode.adaptive or kind is None or kind.paced:
+        return ""
+    paced = ", ".join(d.label for d in DRAFTERS.values() if d.paced)
+    return (f" Adaptive K does not apply to the {kind.label} drafter (it paces only the {paced} drafters): every "
+            "round drafts as that drafter does.")
+

@@ -278,8 +278,10 @@ def explain(r: RoundTrace, phase: str, drafter: str = MODEL.name, greedy: bool =
            "drafts that were not kept, so that it holds every context token but the last."
            if cut > 0 else "Every entry the verifier computed belongs to kept tokens, so its KV cache needed no cut; "
            "it holds every context token but the last, as before every round.")
+    paced = (f" This round drafted {plural(r.drafted, 'token', 'tokens')} by Adaptive K's choice: {plan_text(r.plan)}."
+             if r.plan is not None else "")
     return (f"**Commit and roll back.** {plural(len(r.emitted), 'token', 'tokens')} joined the context. {how} The next "
-            "round starts from the new context.")
+            f"round starts from the new context.{paced}")
 
 
 def plural(n: int, one: str, many: str) -> str:

@@ -179,7 +179,8 @@ def tree_explain(r: RoundTrace, phase: str, greedy: bool, k: int, confidence: fl
     return (f"**Commit and keep the path.** {plural(len(r.emitted), 'token', 'tokens')} joined the context. The verifier's "
             f"KV cache kept the rows of the root and the accepted path, moved into place after the context, and "
             f"dropped the other {plural(cut, 'row', 'rows')}, so that it holds every context token but the last. The "
-            "next round starts from the new context.")
+            "next round starts from the new context." + (
+                f" This round's shape was Adaptive K's choice: {plan_text(r.plan)}." if r.plan is not None else ""))
 
 
 def tree_cache_text(r: RoundTrace, phase: str = "commit") -> str:

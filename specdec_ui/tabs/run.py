@@ -38,10 +38,11 @@ from specdec_ui.state import (
 )
 from specdec_ui.tree_views import REAL_TREE, REAL_TREE_BUTTON, requested, shape_text
 from specdec_ui.views import (
-    UNCHANGED,
-    WAITING,
     Problem,
     Replayed,
+    UNCHANGED,
+    WAITING,
+    adaptive_note,
     busy,
     follow,
     problem,
@@ -177,7 +178,7 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
         yield problem(e, form)
         return
     session.stop, session.running = False, [gen]
-    shape = "" if requested(settings) else _run_shape(gen)
+    shape = ("" if requested(settings) else _run_shape(gen)) + adaptive_note(settings)
     yield _live(gen, ("Waiting for another session's round..." if busy(loader) else
                       "Reading the prompt (the prefill)...") + shape)
     cpu = CpuShare()

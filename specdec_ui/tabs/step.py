@@ -62,7 +62,7 @@ from specdec_ui.state import (
     parse_form,
 )
 from specdec_ui.tree_views import REAL_TREE, REAL_TREE_BUTTON, requested, shape_text
-from specdec_ui.views import WAITING, Problem, busy, problem, read_settings
+from specdec_ui.views import Problem, WAITING, adaptive_note, busy, problem, read_settings
 from specdec_ui.wiring import (
     PLOT_MIN_WIDTH,
     SHOW_FIELD_ERROR,
@@ -196,8 +196,11 @@ def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, f
 # ---- the buttons -------------------------------------------------------------------------------
 
 ALL_K_LABEL = "Draft all K tokens every round (this tab only)"
-ALL_K_WHY = ("Here every round drafts all K, so that you see the rule test several drafts; Run and Compare stop a "
-             "draft once it is less sure than **Draft confidence**, and **Adaptive K** drafts only what pays.")
+ALL_K_WHY = ("While this is ticked every round here drafts all K, so that you see the rule test several drafts: "
+             "**Draft confidence** and **Adaptive K** are off in this tab. Untick it to step through rounds as Run "
+             "and Compare draft them (stopping once less sure than the confidence; with Adaptive K, only what pays).")
+ADAPTIVE_OFF = ("Adaptive K is off in this tab while **Draft all K tokens every round** is ticked: untick it to see "
+                "Adaptive K choose each round. ")
 
 
 def _same_run(a: RunSettings, b: RunSettings) -> bool:
@@ -277,7 +280,10 @@ def _step(loader: Loader, action: str, session: Session, form: dict, all_k: bool
         return
     session.walk, said = walk.press(action, new_round, session.gen.stop_reason)
     source = "" if live else f"Replaying the uploaded trace (no models run), {len(session.gen.trace.rounds)} rounds. "
-    yield view(session.walk, notice=source + notice + said)
+    note = adaptive_note(settings).strip() if live and not all_k else ""
+    off = (ADAPTIVE_OFF if live and all_k and form.get("adaptive") in (True, "True", "true") else "") + (
+        note + " " if note else "")
+    yield view(session.walk, notice=off + source + notice + said)
 
 
 def _shape(settings: RunSettings, ran: DecodeConfig, gen) -> tuple[int, int, str] | None:

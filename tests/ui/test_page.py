@@ -309,3 +309,15 @@ def test_the_css_reads_the_one_styles_colours_and_marks_from_the_properties_the_
         assert re.search(rf"\.tok-{kind} \{{ background: var\(--spec-fill-{kind}\);", CSS), kind
     for colour in (style.FILL[k] for k in TOKEN_KINDS if k != "plain"):        # and written nowhere else
         assert CSS.count(colour) == 1, colour
+
+
+def test_the_header_says_while_this_machines_costs_are_timed(pair):
+    """After "models ready" the app times this machine's forwards once (a round pressed meanwhile waits):
+    the header says so while it lasts, and the page keeps polling until it ends."""
+    from specdec_ui.page import _progress_html
+    from specdec_ui.state import Loader
+    loader = Loader(ModelChoice.of(pair), pair)
+    loader.timing = True
+    assert "Now timing this machine's forward costs" in _progress_html(loader)
+    loader.timing = False
+    assert "timing" not in _progress_html(loader) and "Ready:" in _progress_html(loader)

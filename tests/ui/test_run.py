@@ -272,11 +272,16 @@ def test_an_adaptive_runs_chart_marks_the_k_each_round_asked_for():
     costs = RoundCosts({1: 40.0, 7: 58.0}, draft=12.0, rest=2.0)
     gen = Generation(pair, tiny.prompt_ids(seed=3), cfg, make_drafter("model", pair), pacer=Pacer(costs, 5, timed=False)).run()
     fig = charts.acceptance_figure(gen.rounds)
-    asked = next(t for t in fig.data if t.name == "K adaptive K asked for")
-    assert list(asked.y) == [r.plan.k for r in gen.rounds] and "asked for" in fig.layout.title.text
+    asked = next(t for t in fig.data if t.name == "K asked for (adaptive K)")
+    drafting = [r for r in gen.rounds if r.plan.k > 0]
+    assert list(asked.y) == [r.plan.k for r in drafting] and "asked for" in fig.layout.title.text
+    # a plain step (K = 0) has no bar: it gets its own mark above the axis, never empty space
+    steps = [t for t in fig.data if t.name == "a plain verifier step (adaptive K: 0)"]
+    assert [x for t in steps for x in t.x] == [r.index + 1 for r in gen.rounds if r.plan.k == 0]
+    assert all(y > 0 for t in steps for y in t.y)
     plain = charts.acceptance_figure(Generation(pair, tiny.prompt_ids(seed=3), DecodeConfig(max_new_tokens=10),
                                                 make_drafter("model", pair)).run().rounds)
-    assert all(t.name != "K adaptive K asked for" for t in plain.data)
+    assert all("adaptive K" not in (t.name or "") for t in plain.data)
 
 
 def test_an_adaptive_tree_runs_chart_marks_the_most_nodes_each_round_asked_for():
@@ -295,10 +300,11 @@ def test_an_adaptive_tree_runs_chart_marks_the_most_nodes_each_round_asked_for()
     trees = [r for r in gen.rounds if r.tree is not None]
     assert trees and len(trees) < len(gen.rounds)                     # trees and chains both ran
     fig = charts.acceptance_figure(gen.rounds)
-    asked = next(t for t in fig.data if t.name == "most drafts adaptive K asked for")
-    assert list(asked.y) == [r.plan.budget if r.tree is not None else r.plan.k for r in gen.rounds]
-    assert all(r.drafted <= y for r, y in zip(gen.rounds, asked.y)) and fig.layout.yaxis.range[1] > max(asked.y)
-    assert asked.text[gen.rounds.index(trees[0])] == f"a tree, W = {trees[0].tree.width}, N = {trees[0].tree.budget}"
+    asked = next(t for t in fig.data if t.name == "drafts asked for (adaptive K)")
+    drafting = [r for r in gen.rounds if r.plan.asked > 0]
+    assert list(asked.y) == [r.plan.budget if r.tree is not None else r.plan.k for r in drafting]
+    assert all(r.drafted <= y for r, y in zip(drafting, asked.y)) and fig.layout.yaxis.range[1] > max(asked.y)
+    assert asked.text[drafting.index(trees[0])] == f"a tree, W = {trees[0].tree.width}, N = {trees[0].tree.budget}"
     assert "a tree's N, a chain's K" in fig.layout.title.text
     said = run_tab.summary_markdown(gen.summary(), gen.rounds)
     assert f"{len(trees)} of the {len(gen.rounds)} rounds a tree, each round's shape chosen by Adaptive K" in said

@@ -553,3 +553,30 @@ def test_a_tree_round_with_room_for_one_token_is_a_plain_step(tree_loader):
     view = step(tree_loader, "step", s, tree_form(max_new_tokens=1))
     assert len(s.walk.shown.tree.nodes) == 1 and s.walk.shown.next_kind == "plain"
     assert "nothing was drafted" in view.tests and tree_kinds(view)["plain"] == 1 and NAMES["plain"] in view.tree
+
+
+def test_adaptive_k_is_said_off_while_all_k_is_ticked_and_said_ignored_by_a_drafter_it_does_not_pace(loader):
+    s = Session()
+    view = list(step_tab.step(loader, "draft", s, form(k=3, adaptive=True), all_k=True))[-1]
+    assert step_tab.ADAPTIVE_OFF.strip() in view.status and s.settings.decode.adaptive is False
+    view = list(step_tab.step(loader, "draft", Session(), form(k=3, adaptive=True, drafter="lookup"), all_k=False))[-1]
+    assert "Adaptive K does not apply to the prompt lookup drafter" in view.status
+    assert "Adaptive K does not apply" not in list(step_tab.step(loader, "draft", Session(), form(k=3, drafter="lookup"),
+                                                                 all_k=False))[-1].status
+
+
+def test_the_commit_text_says_the_rounds_draft_length_was_adaptive_ks_choice(pair):
+    from helpers import tiny
+
+    from specdec import DecodeConfig, Generation, make_drafter
+    from specdec.decode.pacing import Pacer, RoundCosts
+    from specdec.teach.render import explain
+    target = tiny.model(3, scale=8)
+    paced_pair = tiny.pair(target, tiny.noisy_copy(target, 5, 0.6))
+    cfg = DecodeConfig(max_new_tokens=12, k=5, adaptive=True)
+    gen = Generation(paced_pair, tiny.prompt_ids(seed=3), cfg, make_drafter("model", paced_pair),
+                     pacer=Pacer(RoundCosts({1: 40.0, 7: 58.0}, draft=12.0, rest=2.0), 5, timed=False)).run()
+    assert "by Adaptive K's choice" in explain(gen.rounds[0], "commit")
+    plain = Generation(paced_pair, tiny.prompt_ids(seed=3), DecodeConfig(max_new_tokens=4),
+                       make_drafter("model", paced_pair)).run()
+    assert "Adaptive K" not in explain(plain.rounds[0], "commit")
