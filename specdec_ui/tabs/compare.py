@@ -167,16 +167,20 @@ def _noise_clause(a: float, noise: float) -> str:
     return said + ". Set Draft noise to 0 for the draft as it is."
 
 
-def why_markdown(m, rounds: list[RoundTrace], noise: float = 0.0, text_kind: str = "", who: str = "") -> str:
+def why_markdown(m, rounds: list[RoundTrace], noise: float = 0.0, text_kind: str = "", who: str = "",
+                 runs: int = 1) -> str:
     """What made the measured speed-up, from the numbers on show: tokens per round against the round's
     cost in verifier-only steps (their ratio is the figure), draft noise when it was on, the kind of
     text when the counts tell code from prose; then the measured costs in the words of the theory
-    chart next to it. ``rounds``: the speculative side's rounds over every run, those ``m`` measured."""
+    chart next to it. ``rounds``: the speculative side's rounds over every run, those ``m`` measured; over
+    ``runs`` > 1 the figure is theirs pooled, which the text tells from the badge's median run."""
     best, k = m.best_k(32), max(1, round(m.k_mean))
     per_round = sum(len(r.emitted) for r in rounds) / len(rounds)
     cost, drafting = (sum(f(r) for r in rounds) / len(rounds) / m.t1 for f in (lambda r: r.times.total,
                                                                                  lambda r: r.times.draft))
-    return (f"**Why {m.measured:.2f}x{who}?** A speculative round gave **{per_round:.2f} tokens** (the drafts kept, "
+    pooled = (f" (the {runs} runs' rounds together; the badge gives the median run's, so the two can differ)"
+              if runs > 1 else "")
+    return (f"**Why {m.measured:.2f}x{who}?**{pooled} A speculative round gave **{per_round:.2f} tokens** (the drafts kept, "
             f"plus one from the verifier) and took as long as **{cost:.2f} verifier-only steps** ({drafting:.2f} "
             f"drafting, {cost - drafting:.2f} verifying and deciding): {per_round:.2f} / {cost:.2f} = "
             f"{m.measured:.2f}x.{_noise_clause(m.a, noise)}{text_kind} Measured here: a drafted token costs "
@@ -350,7 +354,7 @@ def compare_view(pairs: list[dict], settings, finished: bool, final: bool = Fals
         runs = {n: distinct_runs([p[n].rounds for p in started]) for n in specs}
         if model is not None and finished:
             why = why_markdown(model, side(chain), settings.decode.draft_noise, _text_kind(runs[chain]),
-                               " for the chain" if tree else "")
+                               " for the chain" if tree else "", runs=len(started))
             why_chart = charts.speedup_figure(model, settings.decode.k)
             if tree:
                 why += "\n\n" + tree_why_markdown(side(chain), side(TREE))

@@ -112,6 +112,20 @@ def round_spread(rounds: list[RoundTrace]) -> str:
     return f"; rounds took {q[0]:.0f}–{q[2]:.0f} ms (the middle half), median {q[1]:.0f} ms"
 
 
+def _why_fewer(rounds: list[RoundTrace]) -> str:
+    """Why rounds drafted fewer than K: Adaptive K's choices (its plain steps counted, and whether it
+    ever chose a tree where it could), or the draft's own stops."""
+    paced = [r for r in rounds if r.plan is not None]
+    if not paced:
+        return "a draft stops early below the draft confidence, at a stop token or where the budget ends"
+    plain = sum(r.plan.asked == 0 for r in paced)
+    weighed_trees = any(r.plan.trees for r in paced)
+    tree_note = ("; it weighed trees each round and chose a chain every time: on this machine no tree was "
+                 "predicted to pay" if weighed_trees and not any(r.tree is not None for r in rounds) else "")
+    return (f"each round's K chosen by Adaptive K, {plural(plain, 'round', 'rounds')} of {len(paced)} a plain "
+            f"verifier step (K = 0){tree_note}")
+
+
 def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 0.0,
                      others: float | None = None) -> str:
     """Every number with its definition, where it is shown."""
@@ -142,8 +156,8 @@ def summary_markdown(s: RunSummary, rounds: list[RoundTrace], waited_s: float = 
         lines += [f"**a = {stats.running_a[-1]:.2f}** = drafts kept / tested = {s.accepted} / {tested} (a draft after "
                   "a rejection is never tested; this is the a of the theory curve)",
                   _tokens_per_round(s, rounds, "drafts kept"),
-                  f"**{s.drafted / s.rounds:.2f} drafted per round** on average (adaptive drafting stops early; "
-                  "the theory curve uses these lengths)"]
+                  f"**{s.drafted / s.rounds:.2f} drafted per round** on average (" + _why_fewer(rounds) +
+                  "; the theory curve uses these lengths)"]
     if others is not None:
         lines.append(f"**other processes used {others:.0%} of this machine's {os.cpu_count() or 1} cores** while it "
                      "ran: this page in your browser among them (drawing the text as it grows), and anything else "

@@ -279,6 +279,9 @@ def test_an_adaptive_runs_chart_marks_the_k_each_round_asked_for():
     steps = [t for t in fig.data if t.name == "a plain verifier step (adaptive K: 0)"]
     assert [x for t in steps for x in t.x] == [r.index + 1 for r in gen.rounds if r.plan.k == 0]
     assert all(y > 0 for t in steps for y in t.y)
+    n0 = sum(r.plan.k == 0 for r in gen.rounds)
+    assert f"{n0} rounds of {len(gen.rounds)} a plain verifier step (K = 0)" in run_tab.summary_markdown(
+        gen.summary(), gen.rounds)
     plain = charts.acceptance_figure(Generation(pair, tiny.prompt_ids(seed=3), DecodeConfig(max_new_tokens=10),
                                                 make_drafter("model", pair)).run().rounds)
     assert all("adaptive K" not in (t.name or "") for t in plain.data)
