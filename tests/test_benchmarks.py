@@ -17,6 +17,7 @@ from benchmarks import (
     gpu_costs,
     levers,
     profile,
+    race,
     report,
     runtime_compare,
     sweep,
@@ -476,3 +477,13 @@ def test_first_run_measures_a_fresh_process_and_lists_the_cache(tmp_path):
     assert s["cache_gb"] >= 0 and set(data["targets"]) >= {"first_run_peak_gib", "cache_gb", "models_ready_s"}
     text = first_run.render(data)
     assert "GiB" in text and ("met" in text or "missed" in text) and "target <= 4" in text
+
+
+def test_race_races_every_drafter_twice_on_each_prompt(tmp_path):
+    from specdec.teach.race import RACERS
+    data = run_script(race, tmp_path)
+    rows = data["rows"]
+    assert {(r["prompt"], r["race"]) for r in rows} == {(p, a) for p in race.PROMPTS for a in ("first", "second")}
+    assert [r["drafter"] for r in rows if r["prompt"] == "code" and r["race"] == "first"] == list(RACERS)
+    assert all(r["identical"] for r in rows)  # T = 0: every drafter gives the verifier-only output
+
