@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from benchmarks import tiny_pair
-from benchmarks.common import environment, write_json
+from benchmarks.common import cpu_id, environment, write_json
+from benchmarks.tables import fmt
 from specdec import DecodeConfig
 from specdec.decode.suffix import session_pool
 from specdec.teach.race import RACERS, race
@@ -29,6 +30,26 @@ PROMPTS = {
              "def add_all(items):\n    x = 0\n    for item in items:\n        x = x + item\n    return x\n"),
     "prose": "Explain in three sentences why the sky is blue.",
 }
+
+
+COMMAND = "python -m benchmarks.race"
+
+
+def render(d: dict) -> str:
+    """docs/results.md's block: a row per prompt, race and drafter (the definitions: specdec.teach.race)."""
+    hw = d["hardware"]
+    out = [f"#### The drafters' race on {cpu_id(hw)} ({', '.join(hw['cpu_flags'])}), commit `{d['commit']}`", "",
+           f"Greedy, K = {d['k']}, {d['tokens']} new tokens at most; each prompt raced twice, first with the suffix "
+           "tree's pool empty, then holding the first race's output (a second run of the same task). Decode tok/s "
+           "(the prefill excluded) and speed-up over that race's verifier-only run; a = kept / tested; c = drafting "
+           "time per drafted token in verifier-only steps; identical: the verifier-only output, token for token:", "",
+           "| prompt | race | drafter | tokens / round | a | c | decode tok/s | speed-up | identical |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in d["rows"]:
+        out.append(f"| {r['prompt']} | {r['race']} | {r['label']} | {r['tokens_per_round']:.2f} | "
+                   f"{fmt(r['acceptance'], '%')} | {fmt(r['c'], 'f')} | {r['decode_tok_s']:.2f} | "
+                   f"{fmt(r['speedup'], 'x')} | {'yes' if r['identical'] else 'NO'} |")
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
