@@ -192,7 +192,9 @@ def distribution_figure(r: RoundTrace) -> go.Figure:
         if chosen is not None and chosen in [t.token_id for t in top]:
             _highlight(fig, [t.token_id for t in top].index(chosen), "drawn")
         if r.next_kind == BONUS:
-            title, sub = f"All {r.drafted} drafts kept", f"bonus {token_label(r.next_token.text)} drawn from p after them"
+            one = r.drafted == 1
+            title = "The one draft kept" if one else f"All {r.drafted} drafts kept"
+            sub = f"bonus {token_label(r.next_token.text)} drawn from p after {'it' if one else 'them'}"
         elif r.next_kind == PLAIN:
             title, sub = "Nothing drafted", f"{token_label(r.next_token.text)} drawn from p, as plain decoding does"
         else:

@@ -260,7 +260,8 @@ def explain(r: RoundTrace, phase: str, drafter: str = MODEL.name, greedy: bool =
             tail = (f"The kept drafts include the stop token {quote(stop.text)} at position {r.n_accepted}: the output ends "
                     "there, so the drafts after it and the next token are dropped.")
         elif r.rejected_at is None:
-            tail = (f"All {k} passed, and the same forward already holds p for the next position, so the bonus token "
+            tail = (f"{'It' if k == 1 else f'All {k}'} passed, and the same forward already holds p for the next "
+                    "position, so the bonus token "
                     f"{quote(r.next_token.text)} is drawn from p at no extra cost.")
         else:
             x = r.positions[r.rejected_at]
