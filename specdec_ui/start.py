@@ -47,7 +47,7 @@ def steps(prompt: str) -> tuple[Step, ...]:
         Step("3 · A whole run", RUN,
              "Press **Run**: every round colour-coded in the text (kept, rejected, resampled, bonus), then the time "
              "each round spent drafting and verifying.", defaults),
-        Step("4 · The race", COMPARE,
+        Step("4 · Side by side", COMPARE,
              "Press **Run both**: the verifier alone against speculative decoding on the same prompt, the same "
              "tokens at temperature 0, and the speed-up on this machine.", defaults),
         Step("5 · The lab", STEP,

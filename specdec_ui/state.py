@@ -485,6 +485,7 @@ class Session:
     running: list = field(default_factory=list)  # the generations a run or comparison is driving
     stop: bool = False                # asked to stop them
     sampled: RoundTrace | None = None  # the round the losslessness sampler last ran on
+    all_k: bool | None = None          # the step-through's "draft all K" switch when it last stepped
     # one step-through press at a time: a second press (Verify while Draft still waits for the models) runs
     # after the first, never beside it, so that two presses cannot pull two rounds of one generation
     stepping: OnePress = field(default_factory=lambda: OnePress(), repr=False, compare=False)

@@ -16,12 +16,12 @@ from typing import Any, Iterator
 import gradio as gr
 
 from specdec import ConfigError
-from specdec.decode.registry import DRAFTERS
+from specdec.decode.registry import DRAFTERS, VERIFIER_ONLY
 from specdec.teach.race import DEFINITIONS, RACERS, VERIFIER, RaceRow, heats, row
 from specdec.trace import DraftedBy
 from specdec_ui import charts
 from specdec_ui.markup import whitespace_html
-from specdec_ui.state import FORM, Loader, Session, Worker
+from specdec_ui.state import FORM, CpuShare, Loader, Session, Worker
 from specdec_ui.views import WAITING, Problem, follow, problem, read_settings, stop
 from specdec_ui.wiring import SHOW_FIELD_ERROR, Page, view_outputs
 
@@ -40,6 +40,7 @@ TRY = ("**Try:** press the button again on the same prompt: the suffix tree's po
        "output, which is what a second run of the same task gains. Then an *edit this code* prompt (the last "
        "example: rename a variable and return the full code), where the drafters that copy (lookup, the suffix "
        "tree) shine with c about 0; on fresh prose nothing earlier matches, and none of them should.")
+BUSY_SHARE = 0.15  # other processes' share of the cores above which the speeds are said to be unreliable
 STOPPED = "**Stopped.** The rows are the drafters that finished before the stop; the others did not run."
 
 
@@ -54,6 +55,8 @@ class RaceView:
 # ---- the view ------------------------------------------------------------------------------------
 
 def _badge(r: RaceRow) -> str:
+    if r.drafter == VERIFIER_ONLY.name:
+        return '<span class="race-badge">the baseline</span>'
     if r.identical is None:
         return '<span class="race-badge cmp-by-design">sampled: not compared</span>'
     if r.identical:
@@ -72,8 +75,9 @@ def table_html(rows: list[RaceRow], skipped: list[str]) -> str:
         f"<td>{r.tokens_per_round:.2f}</td><td>{'–' if r.acceptance is None else f'{r.acceptance:.0%}'}</td>"
         f"<td>{'–' if r.c is None else f'{r.c:.2f}'}</td><td>{r.decode_tok_s:.2f}</td><td>{r.speedup:.2f}x</td>"
         f"<td>{_badge(r)}</td></tr>" for r in rows)
-    table = ('<table class="race-table"><thead><tr>' + "".join(f'<th scope="col">{escape(h)}</th>' for h in head)
-             + f"</tr></thead><tbody>{body}</tbody></table>")
+    table = ('<div class="race-scroll" tabindex="0" role="region" aria-label="the race table (scrolls sideways)">'
+             '<table class="race-table"><thead><tr>' + "".join(f'<th scope="col">{escape(h)}</th>' for h in head)
+             + f"</tr></thead><tbody>{body}</tbody></table></div>")
     not_run = "".join(f"<li>{escape(s)}</li>" for s in skipped)
     words = "".join(f"<li><b>{escape(name)}</b>: {escape(text)}</li>" for name, text in DEFINITIONS.items())
     return (table + (f'<p class="race-note">Not run:</p><ul class="race-note">{not_run}</ul>' if skipped else "")
@@ -136,6 +140,7 @@ def race(loader: Loader, session: Session, form: dict) -> Iterator[RaceView | Pr
     skipped: list[str] = []
     session.stop, session.running = False, []
     base = None
+    cpu = CpuShare()
     try:
         for i, (drafter, gen) in enumerate(runs, 1):
             if isinstance(gen, str):
@@ -162,7 +167,12 @@ def race(loader: Loader, session: Session, form: dict) -> Iterator[RaceView | Pr
     finally:
         session.running = []
         runs.close()  # a race ended early leaves the suffix tree's pool as it was
-    yield race_view(rows, skipped, STOPPED if session.stop else f"**Done:** {len(rows)} runs.", True)
+    others = cpu.others()
+    busy = (f" **Other processes used {others:.0%} of this machine's cores while it ran**: every run shared the "
+            "cores with them, and not all equally (the load changes from run to run), so the speed-ups are "
+            "unreliable this time; race again on a quiet machine. Tokens per round, a and identical do not depend "
+            "on the load." if others is not None and others >= BUSY_SHARE else "")
+    yield race_view(rows, skipped, (STOPPED if session.stop else f"**Done:** {len(rows)} runs.") + busy, True)
 
 
 # ---- the tab ----------------------------------------------------------------------------------

@@ -210,6 +210,14 @@ def _same_run(a: RunSettings, b: RunSettings) -> bool:
     return (a.prompt, a.drafter, read(a)) == (b.prompt, b.drafter, read(b))
 
 
+def _same_form(a: RunSettings | None, b: RunSettings) -> bool:
+    """The same run but for what the "draft all K" switch overrides (draft confidence, Adaptive K)."""
+    if a is None:
+        return False
+    free = {"confidence": 0.0, "adaptive": False}
+    return replace(a, decode=replace(a.decode, **free)) == replace(b, decode=replace(b.decode, **free))
+
+
 def _step_source(loader: Loader, session: Session, form: dict, all_k: bool = False):
     """The settings and, when they are new, a fresh source of rounds: the uploaded trace while
     the form still holds its settings (no models needed), else a generation on the models.
@@ -262,11 +270,14 @@ def _step(loader: Loader, action: str, session: Session, form: dict, all_k: bool
         if fresh is not None:
             if session.gen is not None and action != "reset":
                 kept = len(session.walk.rounds) + session.walk.pending
+                switched = session.all_k is not None and session.all_k != all_k  # the switch changed, not the form
                 what = ("The uploaded trace" if isinstance(fresh, Replay) else
+                        f"**{ALL_K_LABEL}**" if switched and _same_form(session.settings, settings) else
                         ", ".join(changes(session.settings, settings)) or "Settings")
                 notice = (f"{what} changed: the step-through restarted from the prompt ({kept} round"
                           f"{'s' * (kept != 1)} on show discarded). ")
             session.restart(settings, fresh)
+        session.all_k = all_k
         walk = session.walk
         live = isinstance(session.gen, Generation)
         # a live round is compared with this machine's cost fit; a replayed one was timed on another machine

@@ -43,7 +43,9 @@ def test_every_drafter_races_with_identical_badges_a_chart_and_outputs_coloured_
         v.chart is None for v in views_[:-1])
     labels = [DRAFTERS[d].label for d in RACERS]
     assert all(html.escape(label) in final.table for label in labels)
-    assert final.table.count("✓ yes") == len(RACERS) and "NO" not in final.table and "Not run" not in final.table
+    # the verifier-only row is the baseline, every drafter's output identical to it
+    assert final.table.count("✓ yes") == len(RACERS) - 1 and final.table.count("the baseline") == 1
+    assert "NO" not in final.table and "Not run" not in final.table
     assert all(html.escape(name) in final.table for name in DEFINITIONS)
     assert list(final.chart.data[0].x) == labels and list(final.chart.data[1].x) == labels
     assert final.chart.data[0].y[0] == 1.0  # verifier-only against itself
@@ -59,7 +61,7 @@ def test_at_a_temperature_above_zero_nothing_is_claimed_and_a_drafter_these_mode
     session_pool(loader.pair.target_name).clear()
     final = list(race_tab.race(loader, Session(), form(temperature=1.0, max_new_tokens=6)))[-1]
     # the tree and the self-drafter need the lean forward, which this pair's verifier has not
-    assert final.table.count("sampled: not compared") == len(RACERS) - 2 and "✓ yes" not in final.table
+    assert final.table.count("sampled: not compared") == len(RACERS) - 3 and "✓ yes" not in final.table
     assert "Not run:" in final.table and final.table.count("needs the lean Qwen2 forward") == 2
     assert len(final.chart.data[0].x) == len(RACERS) - 2
     session_pool(loader.pair.target_name).clear()
@@ -89,3 +91,14 @@ def test_stop_ends_the_race_after_the_runs_that_finished(tree_loader, pool, monk
     assert final.badge == race_tab.STOPPED and 1 <= final.table.count("<tr><th") < len(RACERS)
     assert final.chart is not None and pool.documents == []  # the pool as it was
     assert views.stop(s) == "Nothing is running."
+
+
+def test_a_race_on_a_busy_machine_says_its_speeds_are_unreliable(loader, monkeypatch):
+    session_pool(loader.pair.target_name).clear()
+    monkeypatch.setattr(race_tab.CpuShare, "others", lambda self: 0.5)
+    final = list(race_tab.race(loader, Session(), form(max_new_tokens=4)))[-1]
+    assert "Other processes used 50%" in final.badge and "unreliable" in final.badge
+    monkeypatch.setattr(race_tab.CpuShare, "others", lambda self: 0.02)
+    quiet = list(race_tab.race(loader, Session(), form(max_new_tokens=4)))[-1]
+    assert "unreliable" not in quiet.badge
+    session_pool(loader.pair.target_name).clear()

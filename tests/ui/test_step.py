@@ -580,3 +580,12 @@ def test_the_commit_text_says_the_rounds_draft_length_was_adaptive_ks_choice(pai
     plain = Generation(paced_pair, tiny.prompt_ids(seed=3), DecodeConfig(max_new_tokens=4),
                        make_drafter("model", paced_pair)).run()
     assert "Adaptive K" not in explain(plain.rounds[0], "commit")
+
+
+def test_ticking_the_all_k_switch_is_said_as_the_switch_not_as_settings_the_learner_did_not_touch(loader):
+    s = Session()
+    list(step_tab.step(loader, "draft", s, form(k=4, confidence=0.6), all_k=True))
+    again = list(step_tab.step(loader, "draft", s, form(k=4, confidence=0.6), all_k=False))[-1]
+    assert f"**{step_tab.ALL_K_LABEL}** changed" in again.status and "Draft confidence" not in again.status
+    moved = list(step_tab.step(loader, "draft", s, form(k=3, confidence=0.6), all_k=False))[-1]
+    assert "K (drafted tokens per round)" in moved.status or "K " in moved.status

@@ -13,7 +13,7 @@ from specdec_ui.tabs.step import ALL_K_LABEL
 
 pytestmark = [pytest.mark.browser, pytest.mark.real]
 
-STEPS = ("1 · The rule on six words", "2 · One real round", "3 · A whole run", "4 · The race", "5 · The lab")
+STEPS = ("1 · The rule on six words", "2 · One real round", "3 · A whole run", "4 · Side by side", "5 · The lab")
 
 
 def fresh(browser, url, viewport):  # noqa: F811
