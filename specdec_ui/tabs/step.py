@@ -196,9 +196,8 @@ def step_view(walk: Walkthrough, settings, notice: str, step_fit: tuple[float, f
 # ---- the buttons -------------------------------------------------------------------------------
 
 ALL_K_LABEL = "Draft all K tokens every round (this tab only)"
-ALL_K_WHY = ("While this is ticked every round here drafts all K, so that you see the rule test several drafts: "
-             "**Draft confidence** and **Adaptive K** are off in this tab. Untick it to step through rounds as Run "
-             "and Compare draft them (stopping once less sure than the confidence; with Adaptive K, only what pays).")
+ALL_K_WHY = ("While ticked, every round here drafts all K (**Draft confidence** and **Adaptive K** off), so that you "
+             "see the rule test several drafts; untick it to draft as Run and Compare do.")
 ADAPTIVE_OFF = ("Adaptive K is off in this tab while **Draft all K tokens every round** is ticked: untick it to see "
                 "Adaptive K choose each round. ")
 
