@@ -36,7 +36,8 @@ def test_every_drafter_races_and_is_identical_to_verifier_only_at_t0(pair):
         assert row.kept_by.get(VERIFIER, 0) <= row.rounds
         assert row.speedup == pytest.approx(row.decode_tok_s / base.decode_tok_s)
     copied = {r.drafter: r for r in result.rows}
-    assert set(copied["suffix"].kept_by) <= {"suffix", VERIFIER} and copied["lookup"].c < copied["model"].c
+    assert set(copied["suffix"].kept_by) <= {"suffix", VERIFIER}
+    assert copied["lookup"].c is not None and copied["model"].c is not None  # shown, never compared: c reads a clock
     table = result.table()
     assert all(r.label in table for r in result.rows)
 
