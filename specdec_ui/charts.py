@@ -527,3 +527,53 @@ def race_html(sides: list[tuple[str, list[RoundTrace]]]) -> str:
                     f'style="width:{70 * n / most:.1f}%;background:{RACE_COLORS[name]}"></span>'
                     f'<span>{n} tokens in {t:.1f} s</span></div>')
     return f'<div class="live-race" aria-label="the race so far">{"".join(rows)}</div>'
+
+
+CONFIDENCE_BINS = 10  # the confidence axis cut in tenths for the share kept
+
+
+def confidence_figure(points: list[tuple[float, bool]], tau: float) -> go.Figure:
+    """Each tested draft's confidence (the draft's untempered top probability) against whether it was kept,
+    the 0/1 spread a little so that points do not hide each other, with the share kept per tenth of
+    confidence and the threshold ``tau`` as a vertical line."""
+    def jitter(i: int) -> float:  # the same spread on every redraw
+        return ((i * 0.618034) % 1 - 0.5) * 0.3
+    fig = go.Figure()
+    for kept, name, y, color in ((True, "kept", 1.0, BAR[ACCEPTED]), (False, "rejected", 0.0, BAR[REJECTED])):
+        xs = [c for c, k in points if k == kept]
+        fig.add_trace(go.Scatter(x=xs, y=[y + jitter(i) for i in range(len(xs))], mode="markers", name=name,
+                                 marker=dict(size=6, color=color, opacity=0.55),
+                                 hovertemplate=f"confidence %{{x:.2f}}: {name}<extra></extra>"))
+    bins = [[k for c, k in points if min(int(c * CONFIDENCE_BINS), CONFIDENCE_BINS - 1) == b]
+            for b in range(CONFIDENCE_BINS)]
+    centres = [(b + 0.5) / CONFIDENCE_BINS for b, kept in enumerate(bins) if kept]
+    shares = [sum(kept) / len(kept) for kept in bins if kept]
+    counts = [len(kept) for kept in bins if kept]
+    fig.add_trace(go.Scatter(x=centres, y=shares, mode="lines+markers", name="share kept, per tenth of confidence",
+                             line_color=INK, customdata=counts,
+                             hovertemplate="%{y:.0%} of %{customdata} kept<extra></extra>"))
+    fig.add_vline(x=tau, line_dash="dash", line_color=INK, annotation_text=f"τ = {tau:.2f}",
+                  annotation_position="top left")
+    return _layout(fig, "The draft's confidence against the verdict",
+                   subtitle="each tested draft: kept (top) or rejected (bottom), spread a little",
+                   xaxis=dict(title="the draft's confidence (its top probability)", range=[0, 1.02]),
+                   yaxis=dict(title="kept (share)", range=[-0.2, 1.2], tickvals=[0, 0.5, 1]))
+
+
+def threshold_figure(replays: list, tau: float) -> go.Figure:
+    """Tokens and drafts per round, and the predicted tokens per second, of one run's rounds replayed at
+    each threshold (:func:`specdec.teach.theory.replay_threshold`), the chosen ``tau`` marked."""
+    taus = [r.tau for r in replays]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=taus, y=[r.drafted for r in replays], mode="lines", name="drafted per round",
+                             line_color=PHASE_COLORS["draft"]))
+    fig.add_trace(go.Scatter(x=taus, y=[r.tokens for r in replays], mode="lines", name="tokens per round",
+                             line_color=BAR[ACCEPTED]))
+    fig.add_trace(go.Scatter(x=taus, y=[r.tokens_per_s for r in replays], mode="lines",
+                             name="tok/s (a prediction)", line=dict(color=INK, dash="dot")), secondary_y=True)
+    fig.add_vline(x=tau, line_dash="dash", line_color=INK)
+    fig.update_yaxes(title_text="per round", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text="tok/s", rangemode="tozero", showgrid=False, secondary_y=True)
+    fig = _layout(fig, "This run replayed at each threshold", subtitle="the same rounds, drafting cut after the "
+                  "first draft less sure than τ", xaxis_title="threshold τ")
+    return fig.update_layout(margin_r=MODEBAR_PX + 40)

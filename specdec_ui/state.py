@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field, replace
-from typing import Callable, get_args
+from typing import Any, Callable, get_args
 
 import torch
 
@@ -486,6 +486,8 @@ class Session:
     stop: bool = False                # asked to stop them
     sampled: RoundTrace | None = None  # the round the losslessness sampler last ran on
     all_k: bool | None = None          # the step-through's "draft all K" switch when it last stepped
+    confident: Any = None              # the Run tab's confidence section: its last run or replayed trace
+                                       # (:class:`specdec_ui.threshold.ConfidenceRun`)
     # one step-through press at a time: a second press (Verify while Draft still waits for the models) runs
     # after the first, never beside it, so that two presses cannot pull two rounds of one generation
     stepping: OnePress = field(default_factory=lambda: OnePress(), repr=False, compare=False)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec.model.timing import fit_line
-from specdec.trace import RoundTrace
+from specdec.trace import ACCEPTED, AFTER_STOP, RoundTrace
 
 
 def tokens_per_round(a: float, k: int) -> float:
@@ -119,3 +119,71 @@ def cost_model(base: list[RoundTrace], spec: list[RoundTrace]) -> CostModel | No
     measured = decode_tokens_per_s(spec) / decode_tokens_per_s(base)
     return CostModel(t1, sum(r.times.draft for r in spec) / drafted, fixed, per_row, acceptance(spec),
                      drafted / len(spec), measured)
+
+
+# ---- a confidence threshold, replayed on a run's rounds -------------------------------------------
+
+def confident_chains(rounds: list[RoundTrace]) -> list[RoundTrace]:
+    """The rounds a confidence threshold decides: chains the draft model drew, each drafted token with
+    the confidence (its untempered top probability) the draft read. Trees, copied drafts (lookup,
+    suffix: nothing was drawn, no confidence) and plain steps are not among them."""
+    return [r for r in rounds if r.tree is None and r.drafted and
+            all(p.confidence is not None for p in r.positions if p.status != AFTER_STOP)]
+
+
+def confidence_points(rounds: list[RoundTrace]) -> list[tuple[float, bool]]:
+    """(confidence, kept) of every tested draft of :func:`confident_chains`: the draft's own certainty
+    against what the rule made of it. Untested drafts (after a rejection or a stop token) decide nothing."""
+    return [(p.confidence, p.status == ACCEPTED) for r in confident_chains(rounds) for p in r.positions if p.tested]
+
+
+@dataclass(frozen=True)
+class ThresholdReplay:
+    """A run's chains replayed as if drafting had stopped after the first token less sure than ``tau``
+    (:func:`replay_threshold`); every number per round, over the ``rounds`` replayed."""
+
+    tau: float
+    rounds: int
+    drafted: float   # tokens drafted per round
+    kept: float      # drafts kept per round
+    tokens: float    # tokens emitted per round: the kept drafts and the verifier's own token
+    ms: float        # the round's time: measured, less what each draft not drafted would have cost
+    draft_ms: float  # of which drafting
+    per_draft_ms: float  # the run's drafting time per drafted token: what each draft cut saves, with its row
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1e3 * self.tokens / self.ms if self.ms > 0 else 0.0
+
+
+def replay_threshold(rounds: list[RoundTrace], tau: float, row_ms: float = 0.0) -> ThresholdReplay | None:
+    """The chains of ``rounds`` (:func:`confident_chains`) replayed at the confidence threshold ``tau``:
+    a round drafts until the first token whose confidence is below ``tau`` (that token still drafted,
+    as the engine does) or until it drafted what it did. Its kept drafts are those of the run up to
+    there; each draft cut is kept or not as in the run, so the round emits min(kept, drafted) + 1
+    tokens (none added where the run's round ended at a kept stop token and the cut leaves it in).
+    Its time: the round's measured time less, for each draft cut, the run's drafting time per drafted
+    token and ``row_ms`` (a verification row's cost on this machine, the slope of t(L)).
+
+    A replay, not a new run: the same rounds, so a round cut short does not start the next round
+    earlier, and the rounds a real run at ``tau`` would have are not these. It is only defined for
+    ``tau`` at or above the run's own threshold: below it the run stopped drafting where the replay
+    would go on, and those drafts were never drawn. At the run's own threshold it is the run itself.
+    None when no round is a confident chain."""
+    chains = confident_chains(rounds)
+    drafted_run = sum(r.drafted for r in chains)
+    if not chains or not drafted_run:
+        return None
+    per_draft_ms = 1e3 * sum(r.times.draft for r in chains) / drafted_run
+    drafted = kept = tokens = ms = draft_ms = 0.0
+    for r in chains:
+        sure = [p.confidence for p in r.positions if p.status != AFTER_STOP]
+        d = next((i + 1 for i, c in enumerate(sure) if c < tau), len(sure))
+        k = min(r.n_accepted, d)
+        stopped = r.next_kind is None and k == r.n_accepted  # the run's kept stop token is still among them
+        cut = len(sure) - d
+        drafted, kept, tokens = drafted + d, kept + k, tokens + k + (0 if stopped else 1)
+        ms += 1e3 * r.times.total - cut * (per_draft_ms + row_ms)
+        draft_ms += 1e3 * r.times.draft - cut * per_draft_ms
+    n = len(chains)
+    return ThresholdReplay(tau, n, drafted / n, kept / n, tokens / n, ms / n, draft_ms / n, per_draft_ms)

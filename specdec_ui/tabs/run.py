@@ -26,6 +26,7 @@ from specdec.trace import RoundTrace, RunSummary, summarize
 from specdec_ui import charts
 from specdec_ui.kinds import kinds_chart, kinds_markdown
 from specdec_ui.markup import plain_html, token_html
+from specdec_ui.threshold import STEP, TOP, ConfidenceRun, confidence_view
 from specdec_ui.state import (
     FIELD_LABELS,
     FORM,
@@ -75,19 +76,27 @@ class RunView:
     tokens: Any
     kinds: Any            # a = kept / tested per kind of token
     kinds_text: str       # what that chart shows, from its numbers
+    confidence_box: Any   # the confidence section shown (bool): the run has chains the draft model drew
+    threshold: Any        # the threshold slider: from the run's own threshold up, at it
+    confidence: Any       # each tested draft's confidence against its verdict
+    replayed: Any         # the run replayed at each threshold
+    threshold_text: str   # the numbers at the slider's threshold
     download: str | None  # path of the trace file once the run has ended
 
 
 # ---- the view ------------------------------------------------------------------------------------
 
 def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: str | None = None,
-             waited_s: float = 0.0, final: bool = True, others: float | None = None) -> RunView:
+             waited_s: float = 0.0, final: bool = True, others: float | None = None,
+             confident: ConfidenceRun | None = None) -> RunView:
     """The run so far. While it goes (``final`` False) the page gets the status, the coloured text
     and the two live charts in HTML, and keeps the rest it shows; at the end, everything, with the
     interactive charts. ``waited_s``: the time the run waited for other sessions' rounds
     (:attr:`~specdec_ui.state.Worker.waited_s`); ``others``: the share of the machine's cores other
-    processes used while the run went (:class:`~specdec_ui.state.CpuShare`), said with the speed it costs."""
+    processes used while the run went (:class:`~specdec_ui.state.CpuShare`), said with the speed it costs;
+    ``confident``: the run for the confidence section (:mod:`specdec_ui.threshold`), None to hide it."""
     segs = segments(rounds)
+    conf = confidence_view(confident) if final and confident is not None else None
     some, drafted = bool(rounds), any(r.positions for r in rounds)
 
     def last(make, needed: bool):
@@ -100,7 +109,12 @@ def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: 
                    acceptance=last(lambda: charts.acceptance_figure(rounds), drafted),
                    tokens=last(lambda: charts.tokens_per_round_figure(rounds), drafted),
                    kinds=last(lambda: kinds_chart({"this run": [rounds]}), drafted),
-                   kinds_text=last(lambda: kinds_markdown({"this run": [rounds]}), drafted) or "", download=download)
+                   kinds_text=last(lambda: kinds_markdown({"this run": [rounds]}), drafted) or "",
+                   confidence_box=conf is not None if final else UNCHANGED,
+                   threshold=gr.update(minimum=confident.own, value=confident.own) if conf else UNCHANGED,
+                   confidence=conf[0] if conf else last(lambda: None, False),
+                   replayed=conf[1] if conf else last(lambda: None, False),
+                   threshold_text=conf[2] if conf else ("" if final else UNCHANGED), download=download)
 
 
 def round_spread(rounds: list[RoundTrace]) -> str:
@@ -211,7 +225,20 @@ def run(loader: Loader, session: Session, form: dict) -> Iterator[RunView | Prob
              f"Stopped after {plural(len(gen.rounds), 'round', 'rounds')}.")
     ran = replace(settings, decode=gen.cfg)  # the tree shape that ran, not 0 for "this machine's choice"
     trace = TraceFile(ran.to_dict(), tuple(gen.rounds), gen.prefill_s, gen.text, gen.stop_reason)
-    yield _live(gen, ended + shape, _write_trace(trace.to_json()), waited_s=worker.waited_s, others=cpu.others())
+    session.confident = confident_run(loader, gen.rounds, settings.decode.confidence)
+    yield _live(gen, ended + shape, _write_trace(trace.to_json()), waited_s=worker.waited_s, others=cpu.others(),
+                confident=session.confident)
+
+
+def confident_run(loader: Loader, rounds, own: float) -> ConfidenceRun:
+    """The run for the confidence section, with this machine's cost of a verification row once timed."""
+    return ConfidenceRun(tuple(rounds), own, loader.step_fit[1] if loader.step_fit else 0.0)
+
+
+def threshold_moved(session: Session, tau: float) -> tuple:
+    """The confidence section at the slider's threshold (the session's last run or replayed trace)."""
+    conf = confidence_view(session.confident, tau) if session.confident is not None else None
+    return conf if conf is not None else (gr.skip(), gr.skip(), gr.skip())
 
 
 def _run_shape(gen: Generation) -> str:
@@ -224,12 +251,12 @@ def _run_shape(gen: Generation) -> str:
 
 
 def _live(gen: Generation, status: str, download: str | None = None, rounds=None, final: bool = True,
-          waited_s: float = 0.0, others: float | None = None) -> RunView:
+          waited_s: float = 0.0, others: float | None = None, confident: ConfidenceRun | None = None) -> RunView:
     return run_view(list(gen.rounds) if rounds is None else rounds, gen.prefill_s, status, download, waited_s,
-                    final, others)
+                    final, others, confident)
 
 
-def replay(session: Session, path: str | None) -> Replayed | Problem | None:
+def replay(session: Session, path: str | None, loader: Loader | None = None) -> Replayed | Problem | None:
     """Show a downloaded trace (from the app or ``generate --json``) without models, restore its
     settings into the form and make it the step-through's source of rounds."""
     if not path:
@@ -249,9 +276,12 @@ def replay(session: Session, path: str | None) -> Replayed | Problem | None:
     session.restart(settings, Replay(trace))  # the step-through switches to it now, not at the next press
     s = trace.settings
     where = ", ".join(f"{k} {s[k]}" for k in ("target", "device", "precision") if s.get(k))
+    session.confident = ConfidenceRun(trace.rounds, settings.decode.confidence,
+                                      loader.step_fit[1] if loader is not None and loader.step_fit else 0.0)
     view = run_view(list(trace.rounds), trace.prefill_s,
                     f"Replayed a trace of {len(trace.rounds)} rounds ({where}); prompt: {s.get('prompt')!r}. Its "
-                    "settings are in the sidebar; the Step through tab steps through it round by round.")
+                    "settings are in the sidebar; the Step through tab steps through it round by round.",
+                    confident=session.confident)
     return Replayed(view, form_values(settings))
 
 
@@ -289,6 +319,16 @@ def build(page: Page, tab_id: str) -> None:
             view["tokens"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
         view["kinds"] = gr.Plot(visible=False, show_label=False)
         view["kinds_text"] = gr.Markdown()
+        with gr.Column(visible=False) as view["confidence_box"]:
+            gr.Markdown("### The draft's confidence against acceptance\n"
+                        "A model draft stops early after a token it is less sure of than the draft confidence "
+                        "(its top probability below the threshold τ). Move τ to replay this run's rounds as if "
+                        "it had drafted at τ.")
+            view["threshold"] = gr.Slider(0.0, TOP, value=0.6, step=STEP, label="Confidence threshold τ (replayed)")
+            with gr.Row():
+                view["confidence"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+                view["replayed"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
+            view["threshold_text"] = gr.Markdown()
         # any file type: the handler says what is wrong with one that is not a trace
         upload = gr.File(label=FIELD_LABELS["upload"] + " (no models needed)", height=110)
         upload_message = gr.Markdown()
@@ -300,6 +340,8 @@ def build(page: Page, tab_id: str) -> None:
     run_b.click(listener, [session, *form.values()], outputs, show_progress="hidden").then(
         None, None, None, js=SHOW_FIELD_ERROR)
     stop_b.click(stop, session, view["status"])
-    replayed = upload.upload(lambda s, path: show(replay(s, path)), [session, upload], outputs)
+    view["threshold"].release(threshold_moved, [session, view["threshold"]],
+                              [view["confidence"], view["replayed"], view["threshold_text"]], show_progress="hidden")
+    replayed = upload.upload(lambda s, path: show(replay(s, path, loader)), [session, upload], outputs)
     page.uploads.append((replayed, upload))
     page.needs_models.append(run_b)

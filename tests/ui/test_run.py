@@ -311,3 +311,35 @@ def test_an_adaptive_tree_runs_chart_marks_the_most_nodes_each_round_asked_for()
     assert "a tree's N, a chain's K" in fig.layout.title.text
     said = run_tab.summary_markdown(gen.summary(), gen.rounds)
     assert f"{len(trees)} of the {len(gen.rounds)} rounds a tree, each round's shape chosen by Adaptive K" in said
+
+
+def test_the_confidence_section_replays_the_run_at_the_sliders_threshold(loader, tmp_path):
+    """A confidence-0 run shows every tested draft's confidence and its replay at any threshold; the
+    slider starts at the run's own threshold, where the replay is the run; a replayed trace shows it too."""
+    s = Session()
+    final = list(run_tab.run(loader, s, form(seed=2, k=4, confidence=0.0, max_new_tokens=32)))[-1]
+    assert final.confidence_box is True and final.confidence is not None and final.replayed is not None
+    assert final.threshold["minimum"] == 0.0 and final.threshold["value"] == 0.0
+    assert "the run's own threshold: the replay is the run" in final.threshold_text
+    tested = sum(r.tested for r in s.confident.rounds if r.drafted)
+    assert sum(len(t.x) for t in final.confidence.data[:2]) == tested  # kept and rejected: one point a tested draft
+    scatter, curve, text = run_tab.threshold_moved(s, 0.8)
+    assert "**At τ = 0.80** (the run drafted at 0.00)" in text and "a prediction" in text
+    at = s.confident.replay(0.8)
+    assert f"**{at.drafted:.2f} drafted per round**" in text and f"**{at.tokens:.2f} tokens per round**" in text
+    assert curve.data[0].x[0] == 0.0 and curve.data[0].x[-1] == 0.99  # every threshold from the run's own up
+    assert run_tab.threshold_moved(s, -1)[2].startswith("* **At τ = 0.00**")  # below the run's own: its own
+    # a run at 0.6 replays from 0.6 up, and says why not below
+    final = list(run_tab.run(loader, s, form(seed=2, k=4, confidence=0.6, max_new_tokens=24)))[-1]
+    assert final.threshold["minimum"] == 0.6 and "cannot be replayed" in final.threshold_text
+    assert run_tab.threshold_moved(s, 0.3)[2].startswith("* **At τ = 0.60**")
+    # the trace replayed: the same section, no models needed
+    replayed = run_tab.replay(Session(), final.download)
+    assert replayed.view.confidence_box is True and replayed.view.threshold["minimum"] == 0.6
+
+
+def test_no_confidence_section_where_nothing_drew_a_confidence(loader):
+    s = Session()
+    final = list(run_tab.run(loader, s, form(seed=2, k=3, drafter="lookup", max_new_tokens=16)))[-1]
+    assert final.confidence_box is False and final.confidence is None and final.threshold_text == ""
+    assert run_tab.threshold_moved(s, 0.7)[2].__class__.__name__ != "str"  # nothing to redraw: skipped
