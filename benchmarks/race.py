@@ -13,6 +13,7 @@ excluded), each drafter's over the verifier-only run of its own race.
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -42,14 +43,42 @@ def render(d: dict) -> str:
            f"Greedy, K = {d['k']}, {d['tokens']} new tokens at most; each prompt raced twice, first with the suffix "
            "tree's pool empty, then holding the first race's output (a second run of the same task). Decode tok/s "
            "(the prefill excluded) and speed-up over that race's verifier-only run; a = kept / tested; c = drafting "
-           "time per drafted token in verifier-only steps; identical: the verifier-only output, token for token:", "",
-           "| prompt | race | drafter | tokens / round | a | c | decode tok/s | speed-up | identical |",
-           "|---|---|---|---:|---:|---:|---:|---:|---|"]
+           "time per drafted token in verifier-only steps; identical: the verifier-only output, token for token; "
+           "predicted here: the speed-up this machine's timed forwards predict for the row's drafted and tokens per "
+           "round (specdec.teach.whatif; the draft model and the copying drafters):", "",
+           "| prompt | race | drafter | tokens / round | a | c | decode tok/s | speed-up | predicted here | identical |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in d["rows"]:
         out.append(f"| {r['prompt']} | {r['race']} | {r['label']} | {r['tokens_per_round']:.2f} | "
                    f"{fmt(r['acceptance'], '%')} | {fmt(r['c'], 'f')} | {r['decode_tok_s']:.2f} | "
-                   f"{fmt(r['speedup'], 'x')} | {'yes' if r['identical'] else 'NO'} |")
+                   f"{fmt(r['speedup'], 'x')} | {fmt(r.get('predicted_here'), 'x')} | "
+                   f"{'yes' if r['identical'] else 'NO'} |")
+    if d.get("whatif"):
+        out += ["", f"What if the draft model's first race ran elsewhere (every number a prediction but E(K), from "
+                f"the race's per-position acceptance; machines and sources: specdec/teach/whatif.py), K = {d['k']}:", "",
+                "| prompt | machine | t_v(1) | c | v(K) | E(K) | S(K) |", "|---|---|---:|---:|---:|---:|---:|"]
+        out += [f"| {w['prompt']} | {w['machine']} | {w['step_ms']:.1f} ms | {w['c']:.2f} | {w['v']:.2f} | "
+                f"{w['tokens']:.2f} | {w['speedup']:.2f}x |" for w in d["whatif"]]
     return "\n".join(out)
+
+
+def predictions(pair, rows: list[dict], k: int) -> list[dict]:
+    """Each row's speed-up as this machine's timed costs predict it (``predicted_here``, set on the row where
+    :func:`specdec.teach.whatif.predict_row_here` can), and S(k) on every what-if machine from each first
+    race's draft-model run (its per-position acceptance)."""
+    from specdec.decode.pacing import RoundCosts
+    from specdec.decode.tree_shape import machine_costs
+    from specdec.teach import whatif
+    costs = RoundCosts.of_machine(machine_costs(pair))
+    sizes = whatif.model_size(pair.target), whatif.model_size(pair.draft)
+    out = []
+    for r in rows:
+        r["predicted_here"] = whatif.predict_row_here(costs, r["drafter"], r["drafted_per_round"], r["tokens_per_round"])
+        if r["drafter"] == "model" and r["race"] == "first":
+            a = tuple(r["per_position"])
+            for p in [whatif.predict_here(costs, a, k)] + [whatif.predict(m, *sizes, a, k) for m in whatif.MACHINES]:
+                out.append({"prompt": r["prompt"], **asdict(p)})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
                           f"{'-' if r.c is None else f'{r.c:.2f}'}  {r.decode_tok_s:6.2f} tok/s  {r.speedup:.2f}x  "
                           f"identical {r.identical}", flush=True)
     pool.clear()
+    whatif = predictions(pair, rows, args.k)
     env = environment(pair)
     out = Path(args.out or tiny_pair.default_out("race", env, args.tiny))
     data = {"benchmark": "race", **env, "tiny": args.tiny, "quick": args.quick, "tokens": tokens, "k": args.k,
-            "prompts": prompts, "rows": rows}
+            "prompts": prompts, "rows": rows, "whatif": whatif}
     write_json(out, data)
     print(f"wrote {out}")
     return 0

@@ -577,3 +577,25 @@ def threshold_figure(replays: list, tau: float) -> go.Figure:
     fig = _layout(fig, "This run replayed at each threshold", subtitle="the same rounds, drafting cut after the "
                   "first draft less sure than τ", xaxis_title="threshold τ")
     return fig.update_layout(margin_r=MODEBAR_PX + 40)
+
+
+WHATIF_DASH = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+
+
+def whatif_figure(curves: list[tuple[str, list]], here: tuple[float, float]) -> go.Figure:
+    """Predicted S(K) per machine (:class:`specdec.teach.whatif.Prediction` per K), each line its own dash so
+    that colour is not the only cue, and this machine's measured speed-up of the draft model's run (its
+    mean drafts per round, its speed-up) as a star."""
+    fig = go.Figure()
+    for i, (name, preds) in enumerate(curves):
+        fig.add_trace(go.Scatter(x=[p.k for p in preds], y=[p.speedup for p in preds], mode="lines+markers",
+                                 name=name, line=dict(dash=WHATIF_DASH[i % len(WHATIF_DASH)], width=2),
+                                 hovertemplate=f"{name}<br>K = %{{x}}: S = %{{y:.2f}}x (predicted)<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[here[0]], y=[here[1]], mode="markers", name="this machine, measured in the race",
+                             marker=dict(color="#dc2626", size=14, symbol="star"),
+                             hovertemplate="measured: %{y:.2f}x at %{x:.2f} drafted a round<extra></extra>"))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#9ca3af", annotation_text="no gain",
+                  annotation_position="bottom right")
+    return _layout(fig, "Predicted speed-up on other machines", height=360,
+                   subtitle="S(K) = E(K) / (K c + v(K)), a from this race; every line a prediction",
+                   xaxis=dict(title="K, drafts per round", dtick=1), yaxis=dict(title="speed-up", rangemode="tozero"))

@@ -14,10 +14,23 @@ from html import escape
 from typing import Any, Iterator
 
 import gradio as gr
+import torch
 
 from specdec import ConfigError
-from specdec.decode.registry import DRAFTERS, VERIFIER_ONLY
+from specdec.decode.pacing import RoundCosts
+from specdec.decode.tree import require_lean
+from specdec.decode.tree_shape import machine_costs
+from specdec.decode.registry import DRAFTERS, MODEL, VERIFIER_ONLY
 from specdec.teach.race import DEFINITIONS, RACERS, VERIFIER, RaceRow, heats, row
+from specdec.teach.whatif import (
+    MACHINES,
+    ModelSize,
+    agreement,
+    model_size,
+    predict,
+    predict_here,
+    predict_row_here,
+)
 from specdec.trace import DraftedBy
 from specdec_ui import charts
 from specdec_ui.markup import whitespace_html
@@ -50,6 +63,8 @@ class RaceView:
     table: str     # HTML: a row per drafter that finished, and the drafters not run, with why
     chart: Any     # speed-up and tokens per round per drafter; None until the race ends
     outputs: str   # HTML: each drafter's output coloured by who proposed each kept token
+    whatif_chart: Any  # S(K) predicted on other machines from this race's acceptance; None until it ends
+    whatif: str        # the what-if table, this machine's predictions against the race, and the sources
 
 
 # ---- the view ------------------------------------------------------------------------------------
@@ -119,9 +134,75 @@ def outputs_html(rows: list[RaceRow]) -> str:
     return "".join(parts)
 
 
-def race_view(rows: list[RaceRow], skipped: list[str], badge: str, final: bool) -> RaceView:
+def race_view(rows: list[RaceRow], skipped: list[str], badge: str, final: bool, k: int = 0,
+              costs: RoundCosts | None = None, sizes: tuple[ModelSize, ModelSize] | None = None) -> RaceView:
+    """The race so far; at the end (``final``) with its chart and, where the draft model ran and the
+    pair's sizes are known, the what-if for other hardware at the race's ``k`` (``costs``: this
+    machine's timed costs, None where they are not timed)."""
+    model = next((r for r in rows if r.drafter == MODEL.name), None)
+    what = whatif(rows, model, k, costs, sizes) if final and model is not None and sizes is not None else None
     return RaceView(badge=badge, table=table_html(rows, skipped),
-                    chart=charts.drafters_figure(rows) if final and rows else None, outputs=outputs_html(rows))
+                    chart=charts.drafters_figure(rows) if final and rows else None, outputs=outputs_html(rows),
+                    whatif_chart=what[0] if what else None, whatif=what[1] if what else "")
+
+
+# ---- what if it ran elsewhere ---------------------------------------------------------------------
+
+WHATIF_K = range(1, 9)
+
+
+def whatif(rows: list[RaceRow], model: RaceRow, k: int, costs: RoundCosts | None,
+           sizes: tuple[ModelSize, ModelSize]):
+    """(chart, markdown): S(K) on each machine of :data:`~specdec.teach.whatif.MACHINES` (and this one
+    from its timed costs) from the draft model's per-position acceptance in this race, and this
+    machine's prediction for each run it can predict against what the race measured."""
+    verifier, draft = sizes
+    a = tuple(model.per_position)
+    curves = [(m.name, [predict(m, verifier, draft, a, kk) for kk in WHATIF_K]) for m in MACHINES]
+    if costs is not None:
+        curves.insert(0, ("this machine (its timed forwards)", [predict_here(costs, a, kk) for kk in WHATIF_K]))
+    fig = charts.whatif_figure(curves, (model.drafted_per_round, model.speedup))
+    at = {name: preds[min(k, len(preds)) - 1] for name, preds in curves}
+    head = (f"| machine | a verifier step t_v(1) | c | v({k}) | E({k}) tokens a round | S({k}) | the best K: S |\n"
+            "|---|---:|---:|---:|---:|---:|---:|\n")
+    body = "".join(
+        f"| {name} | {p.step_ms:.1f} ms | {p.c:.2f} | {p.v:.2f} | {p.tokens:.2f} | **{p.speedup:.2f}x** | "
+        f"{(b := max(preds, key=lambda x: x.speedup)).k}: {b.speedup:.2f}x |\n"
+        for name, preds in curves for p in [at[name]])
+    lines = []
+    if costs is not None:
+        for r in rows:
+            guess = predict_row_here(costs, r.drafter, r.drafted_per_round, r.tokens_per_round) if r.rounds else None
+            if guess is None:
+                continue
+            lines.append(f"* **{r.label}**: predicted **{guess:.2f}x** for its {r.drafted_per_round:.2f} drafted "
+                         f"and {r.tokens_per_round:.2f} tokens a round; measured **{r.speedup:.2f}x**: "
+                         f"{agreement(guess, r.speedup)}")
+    here = ("**This machine, predicted against the race.** From its timed forwards (a verifier forward over L rows, "
+            f"one draft forward, a round's work besides them: timed once at a short context), each run's drafted and "
+            "tokens per round:\n\n" + "\n".join(lines) + "\n\n" if lines else
+            "**This machine** is not predicted: its forwards are not timed for these models.\n\n")
+    mps = next(p for name, p in at.items() if name == MACHINES[0].name)
+    why = (f"**Why the study's speculation gained nothing on an Apple M2 Max.** There reading the weights is cheap "
+           f"(400 GB/s: {verifier.nbytes / 4e8:.1f} ms for this verifier's {verifier.nbytes / 1e9:.2f} GB, "
+           f"{draft.nbytes / 4e8:.1f} ms for the draft's) and what every layer of a forward costs besides its "
+           f"arithmetic is not (launches, dispatch); both models have about as many layers ({draft.layers} and "
+           f"{verifier.layers}), so c rises from the ratio of their bytes ({draft.nbytes / verifier.nbytes:.2f}) "
+           f"towards the ratio of their layers ({draft.layers / verifier.layers:.2f}): {mps.c:.2f} with PyTorch's "
+           "cost per layer on MPS. A drafted token then costs most of a verifier step, and a round of K drafts "
+           "costs more than the steps it saves unless nearly every draft is kept. The cure is a cheaper call (a "
+           "leaner runtime, CUDA graphs) or a draft with fewer layers, not a smaller draft.")
+    positions = ", ".join(f"{x:.2f}" for x in a) or "none tested"
+    said = ("*Every number in the table is a prediction but E(K), which reads the draft model's per-position "
+            f"acceptance a_1, a_2, ... measured in this race ({positions}; positions past them read the last; with a "
+            "draft confidence > 0 a position counts only where the draft went on). A forward on a machine: t(L) = "
+            "D·o + max(bytes / B, L·weights / R), D layers at o ms each besides the arithmetic; c = t_d(1) / "
+            "t_v(1), v(K) = t_v(K+1) / t_v(1), S(K) = E(K) / (K c + v(K)). The other machines leave out a round's "
+            "own work besides the forwards (sampling, the rule), which would lower their S. The weights are "
+            f"this pair's as stored here ({verifier.nbytes / 1e9:.2f} + {draft.nbytes / 1e9:.2f} GB).*")
+    sources = "\n".join(f"* **{m.name}**: {m.source}" for m in MACHINES)
+    return fig, (f"### What if this race ran on other hardware?\n\n{head}{body}\n{here}{why}\n\n{said}\n\n"
+                 f"Where the machines' numbers come from:\n\n{sources}")
 
 
 # ---- the button ---------------------------------------------------------------------------------
@@ -172,7 +253,23 @@ def race(loader: Loader, session: Session, form: dict) -> Iterator[RaceView | Pr
             "cores with them, and not all equally (the load changes from run to run), so the speed-ups are "
             "unreliable this time; race again on a quiet machine. Tokens per round, a and identical do not depend "
             "on the load." if others is not None and others >= BUSY_SHARE else "")
-    yield race_view(rows, skipped, (STOPPED if session.stop else f"**Done:** {len(rows)} runs.") + busy, True)
+    costs, sizes = machine_view(loader.pair)
+    yield race_view(rows, skipped, (STOPPED if session.stop else f"**Done:** {len(rows)} runs.") + busy, True,
+                    cfg.k, costs, sizes)
+
+
+def machine_view(pair) -> tuple[RoundCosts | None, tuple[ModelSize, ModelSize] | None]:
+    """This machine's timed costs (None where the models are not specdec's lean ones, which it times) and
+    the pair's sizes for the what-if (None without a draft model)."""
+    if pair is None or pair.draft is None:
+        return None, None
+    sizes = (model_size(pair.target), model_size(pair.draft))
+    try:
+        require_lean(pair)
+    except ConfigError:
+        return None, sizes
+    with torch.inference_mode():
+        return RoundCosts.of_machine(machine_costs(pair)), sizes
 
 
 # ---- the tab ----------------------------------------------------------------------------------
@@ -191,6 +288,8 @@ def build(page: Page, tab_id: str) -> None:
         gr.Markdown(TRY)
         view["chart"] = gr.Plot(visible=False, show_label=False)
         view["outputs"] = gr.HTML()
+        view["whatif_chart"] = gr.Plot(visible=False, show_label=False)
+        view["whatif"] = gr.Markdown()
     outputs, show = view_outputs(RaceView, view, form, alert, page.sidebar, loader=loader, about=about)
 
     def listener(session_, *values):

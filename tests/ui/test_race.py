@@ -102,3 +102,21 @@ def test_a_race_on_a_busy_machine_says_its_speeds_are_unreliable(loader, monkeyp
     quiet = list(race_tab.race(loader, Session(), form(max_new_tokens=4)))[-1]
     assert "unreliable" not in quiet.badge
     session_pool(loader.pair.target_name).clear()
+
+
+def test_the_race_ends_with_the_whatif_for_other_hardware(tree_loader, pool):
+    from specdec.teach.whatif import MACHINES, WITHIN
+    final = list(race_tab.race(tree_loader, Session(), form(temperature=0.0, max_new_tokens=12, k=3)))[-1]
+    assert final.whatif.startswith("### What if this race ran on other hardware?")
+    # a row per machine and this one, each at the race's K, and the sources of every machine's numbers
+    assert "| machine | a verifier step t_v(1) | c | v(3) | E(3) tokens a round | S(3) |" in final.whatif
+    for m in MACHINES:
+        assert f"| {m.name} |" in final.whatif and f"* **{m.name}**: {m.source}" in final.whatif
+    assert "| this machine (its timed forwards) |" in final.whatif
+    # this machine predicted against the race for the draft model and the copying drafters, with the verdict
+    said = re.findall(r"\* \*\*(.+?)\*\*: predicted \*\*([\d.]+)x\*\*.*?measured \*\*([\d.]+)x\*\*: (within|NOT within) "
+                      rf"{WITHIN:.0%}", final.whatif)
+    assert {label for label, *_ in said} == {DRAFTERS[d].label for d in ("model", "lookup", "suffix")}
+    names = [t.name for t in final.whatif_chart.data]
+    assert names == ["this machine (its timed forwards)", *(m.name for m in MACHINES), "this machine, measured in the race"]
+    assert all(v.whatif_chart is None and v.whatif == "" for v in [race_tab.race_view([], [], "", False)])
