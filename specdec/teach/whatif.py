@@ -56,7 +56,8 @@ MACHINES = (
             "the same chip; 0.1 ms a layer is an assumption (about 10 kernels a layer at 10 µs each), "
             "what a runtime like MLX could reach"),
     Machine("a laptop GPU, eager PyTorch", 256, 15, 0.1,
-            "an RTX 4060 Laptop class: 256 GB/s, about 30 TFLOPS fp16 (15 T multiply-adds/s); 0.1 ms a layer "
+            "an RTX 4060 Laptop class: 256 GB/s; its tensor cores do at least 30 TFLOPS fp16, taken as 15 T "
+            "multiply-adds/s (at these few rows a forward is bound by the bandwidth either way); 0.1 ms a layer "
             "assumed (about 10 kernel launches a layer at 10 µs each)"),
     Machine("NVIDIA H200, eager PyTorch", 4800, 495, 0.1,
             "4.8 TB/s HBM3e, 989 TFLOPS bf16 dense (495 T multiply-adds/s); 0.1 ms a layer assumed, as above"),

@@ -63,8 +63,9 @@ class RaceView:
     table: str     # HTML: a row per drafter that finished, and the drafters not run, with why
     chart: Any     # speed-up and tokens per round per drafter; None until the race ends
     outputs: str   # HTML: each drafter's output coloured by who proposed each kept token
+    whatif: str        # HTML: the what-if table and this machine's predictions against the race
     whatif_chart: Any  # S(K) predicted on other machines from this race's acceptance; None until it ends
-    whatif: str        # the what-if table, this machine's predictions against the race, and the sources
+    whatif_notes: str  # why the M2 Max gained nothing, what each number is, the machines' sources
 
 
 # ---- the view ------------------------------------------------------------------------------------
@@ -143,46 +144,51 @@ def race_view(rows: list[RaceRow], skipped: list[str], badge: str, final: bool, 
     what = whatif(rows, model, k, costs, sizes) if final and model is not None and sizes is not None else None
     return RaceView(badge=badge, table=table_html(rows, skipped),
                     chart=charts.drafters_figure(rows) if final and rows else None, outputs=outputs_html(rows),
-                    whatif_chart=what[0] if what else None, whatif=what[1] if what else "")
+                    whatif=what[0] if what else "", whatif_chart=what[1] if what else None,
+                    whatif_notes=what[2] if what else "")
 
 
 # ---- what if it ran elsewhere ---------------------------------------------------------------------
 
 WHATIF_K = range(1, 9)
+HERE = "this machine (its timed forwards)"
 
 
 def whatif(rows: list[RaceRow], model: RaceRow, k: int, costs: RoundCosts | None,
            sizes: tuple[ModelSize, ModelSize]):
-    """(chart, markdown): S(K) on each machine of :data:`~specdec.teach.whatif.MACHINES` (and this one
-    from its timed costs) from the draft model's per-position acceptance in this race, and this
-    machine's prediction for each run it can predict against what the race measured."""
+    """(table HTML, chart, notes markdown): S(K) on each machine of :data:`~specdec.teach.whatif.MACHINES`
+    (and this one from its timed costs) from the draft model's per-position acceptance in this race, and
+    this machine's prediction for each run it can predict against what the race measured."""
     verifier, draft = sizes
     a = tuple(model.per_position)
     curves = [(m.name, [predict(m, verifier, draft, a, kk) for kk in WHATIF_K]) for m in MACHINES]
     if costs is not None:
-        curves.insert(0, ("this machine (its timed forwards)", [predict_here(costs, a, kk) for kk in WHATIF_K]))
+        curves.insert(0, (HERE, [predict_here(costs, a, kk) for kk in WHATIF_K]))
     fig = charts.whatif_figure(curves, (model.drafted_per_round, model.speedup))
     at = {name: preds[min(k, len(preds)) - 1] for name, preds in curves}
-    head = (f"| machine | a verifier step t_v(1) | c | v({k}) | E({k}) tokens a round | S({k}) | the best K: S |\n"
-            "|---|---:|---:|---:|---:|---:|---:|\n")
+    head = ("machine", "a verifier step t_v(1)", "c", f"v({k})", f"E({k}) tokens a round", f"S({k})",
+            "the best K: S")
     body = "".join(
-        f"| {name} | {p.step_ms:.1f} ms | {p.c:.2f} | {p.v:.2f} | {p.tokens:.2f} | **{p.speedup:.2f}x** | "
-        f"{(b := max(preds, key=lambda x: x.speedup)).k}: {b.speedup:.2f}x |\n"
+        f'<tr><th scope="row">{escape(name)}</th><td>{p.step_ms:.1f} ms</td><td>{p.c:.2f}</td><td>{p.v:.2f}</td>'
+        f"<td>{p.tokens:.2f}</td><td><b>{p.speedup:.2f}x</b></td>"
+        f"<td>{(b := max(preds, key=lambda x: x.speedup)).k}: {b.speedup:.2f}x</td></tr>"
         for name, preds in curves for p in [at[name]])
+    table = ('<div class="race-scroll" tabindex="0" role="region" aria-label="the what-if table (scrolls sideways)">'
+             '<table class="race-table"><thead><tr>' + "".join(f'<th scope="col">{escape(h)}</th>' for h in head)
+             + f"</tr></thead><tbody>{body}</tbody></table></div>")
     lines = []
     if costs is not None:
         for r in rows:
             guess = predict_row_here(costs, r.drafter, r.drafted_per_round, r.tokens_per_round) if r.rounds else None
-            if guess is None:
-                continue
-            lines.append(f"* **{r.label}**: predicted **{guess:.2f}x** for its {r.drafted_per_round:.2f} drafted "
-                         f"and {r.tokens_per_round:.2f} tokens a round; measured **{r.speedup:.2f}x**: "
-                         f"{agreement(guess, r.speedup)}")
-    here = ("**This machine, predicted against the race.** From its timed forwards (a verifier forward over L rows, "
-            f"one draft forward, a round's work besides them: timed once at a short context), each run's drafted and "
-            "tokens per round:\n\n" + "\n".join(lines) + "\n\n" if lines else
-            "**This machine** is not predicted: its forwards are not timed for these models.\n\n")
-    mps = next(p for name, p in at.items() if name == MACHINES[0].name)
+            if guess is not None:
+                lines.append(f"<li><b>{escape(r.label)}</b>: predicted <b>{guess:.2f}x</b> for its "
+                             f"{r.drafted_per_round:.2f} drafted and {r.tokens_per_round:.2f} tokens a round; measured "
+                             f"<b>{r.speedup:.2f}x</b>: {agreement(guess, r.speedup)}</li>")
+    here = ("<p><b>This machine, predicted against the race.</b> From its timed forwards (a verifier forward over L "
+            "rows, one draft forward, a round's work besides them: timed once at a short context) and each run's "
+            f"drafted and tokens per round:</p><ul>{''.join(lines)}</ul>" if lines else
+            "<p><b>This machine</b> is not predicted: its forwards are not timed for these models.</p>")
+    mps = at[MACHINES[0].name]
     why = (f"**Why the study's speculation gained nothing on an Apple M2 Max.** There reading the weights is cheap "
            f"(400 GB/s: {verifier.nbytes / 4e8:.1f} ms for this verifier's {verifier.nbytes / 1e9:.2f} GB, "
            f"{draft.nbytes / 4e8:.1f} ms for the draft's) and what every layer of a forward costs besides its "
@@ -201,8 +207,8 @@ def whatif(rows: list[RaceRow], model: RaceRow, k: int, costs: RoundCosts | None
             "own work besides the forwards (sampling, the rule), which would lower their S. The weights are "
             f"this pair's as stored here ({verifier.nbytes / 1e9:.2f} + {draft.nbytes / 1e9:.2f} GB).*")
     sources = "\n".join(f"* **{m.name}**: {m.source}" for m in MACHINES)
-    return fig, (f"### What if this race ran on other hardware?\n\n{head}{body}\n{here}{why}\n\n{said}\n\n"
-                 f"Where the machines' numbers come from:\n\n{sources}")
+    return (f"<h3>What if this race ran on other hardware?</h3>{table}{here}", fig,
+            f"{why}\n\n{said}\n\nWhere the machines' numbers come from:\n\n{sources}")
 
 
 # ---- the button ---------------------------------------------------------------------------------
@@ -288,8 +294,9 @@ def build(page: Page, tab_id: str) -> None:
         gr.Markdown(TRY)
         view["chart"] = gr.Plot(visible=False, show_label=False)
         view["outputs"] = gr.HTML()
+        view["whatif"] = gr.HTML()
         view["whatif_chart"] = gr.Plot(visible=False, show_label=False)
-        view["whatif"] = gr.Markdown()
+        view["whatif_notes"] = gr.Markdown()
     outputs, show = view_outputs(RaceView, view, form, alert, page.sidebar, loader=loader, about=about)
 
     def listener(session_, *values):

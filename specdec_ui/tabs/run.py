@@ -324,7 +324,8 @@ def build(page: Page, tab_id: str) -> None:
                         "A model draft stops early after a token it is less sure of than the draft confidence "
                         "(its top probability below the threshold τ). Move τ to replay this run's rounds as if "
                         "it had drafted at τ.")
-            view["threshold"] = gr.Slider(0.0, TOP, value=0.6, step=STEP, label="Confidence threshold τ (replayed)")
+            view["threshold"] = gr.Slider(0.0, TOP, value=0.6, step=STEP, label="Confidence threshold τ (replayed)",
+                                          buttons=[])
             with gr.Row():
                 view["confidence"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
                 view["replayed"] = gr.Plot(visible=False, show_label=False, min_width=PLOT_MIN_WIDTH)
@@ -340,8 +341,9 @@ def build(page: Page, tab_id: str) -> None:
     run_b.click(listener, [session, *form.values()], outputs, show_progress="hidden").then(
         None, None, None, js=SHOW_FIELD_ERROR)
     stop_b.click(stop, session, view["status"])
-    view["threshold"].release(threshold_moved, [session, view["threshold"]],
-                              [view["confidence"], view["replayed"], view["threshold_text"]], show_progress="hidden")
+    for event in (view["threshold"].input, view["threshold"].release):  # dragged, typed, or keys
+        event(threshold_moved, [session, view["threshold"]], [view["confidence"], view["replayed"],
+              view["threshold_text"]], show_progress="hidden", trigger_mode="always_last")
     replayed = upload.upload(lambda s, path: show(replay(s, path, loader)), [session, upload], outputs)
     page.uploads.append((replayed, upload))
     page.needs_models.append(run_b)

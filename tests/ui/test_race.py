@@ -107,16 +107,19 @@ def test_a_race_on_a_busy_machine_says_its_speeds_are_unreliable(loader, monkeyp
 def test_the_race_ends_with_the_whatif_for_other_hardware(tree_loader, pool):
     from specdec.teach.whatif import MACHINES, WITHIN
     final = list(race_tab.race(tree_loader, Session(), form(temperature=0.0, max_new_tokens=12, k=3)))[-1]
-    assert final.whatif.startswith("### What if this race ran on other hardware?")
+    assert final.whatif.startswith("<h3>What if this race ran on other hardware?</h3>")
     # a row per machine and this one, each at the race's K, and the sources of every machine's numbers
-    assert "| machine | a verifier step t_v(1) | c | v(3) | E(3) tokens a round | S(3) |" in final.whatif
-    for m in MACHINES:
-        assert f"| {m.name} |" in final.whatif and f"* **{m.name}**: {m.source}" in final.whatif
-    assert "| this machine (its timed forwards) |" in final.whatif
+    heads = re.findall(r'<th scope="col">(.*?)</th>', final.whatif)
+    assert heads == ["machine", "a verifier step t_v(1)", "c", "v(3)", "E(3) tokens a round", "S(3)", "the best K: S"]
+    rows = re.findall(r'<th scope="row">(.*?)</th>', final.whatif)
+    assert rows == [race_tab.HERE, *(html.escape(m.name) for m in MACHINES)]
+    assert all(f"* **{m.name}**: {m.source}" in final.whatif_notes for m in MACHINES)
     # this machine predicted against the race for the draft model and the copying drafters, with the verdict
-    said = re.findall(r"\* \*\*(.+?)\*\*: predicted \*\*([\d.]+)x\*\*.*?measured \*\*([\d.]+)x\*\*: (within|NOT within) "
+    said = re.findall(r"<li><b>(.+?)</b>: predicted <b>([\d.]+)x</b>.*?measured <b>([\d.]+)x</b>: (within|NOT within) "
                       rf"{WITHIN:.0%}", final.whatif)
-    assert {label for label, *_ in said} == {DRAFTERS[d].label for d in ("model", "lookup", "suffix")}
+    assert {label for label, *_ in said} == {html.escape(DRAFTERS[d].label) for d in ("model", "lookup", "suffix")}
     names = [t.name for t in final.whatif_chart.data]
-    assert names == ["this machine (its timed forwards)", *(m.name for m in MACHINES), "this machine, measured in the race"]
-    assert all(v.whatif_chart is None and v.whatif == "" for v in [race_tab.race_view([], [], "", False)])
+    assert names == [race_tab.HERE, *(m.name for m in MACHINES), "this machine, measured in the race"]
+    assert "Why the study's speculation gained nothing on an Apple M2 Max" in final.whatif_notes
+    empty = race_tab.race_view([], [], "", False)
+    assert empty.whatif_chart is None and empty.whatif == empty.whatif_notes == ""
