@@ -61,6 +61,7 @@ NOTEBOOK_LINES = {
     "05_runtime_vs_algorithm": "the same models in llama.cpp: when a verification costs about one step",
     "06_token_trees": "token trees: the draft's second guess, the rule for siblings and its proof, trees drafted on the fly",
     "07_tree_attention_and_shape": "the tree attention mask, what a tree forward costs here, the best tree shape for this machine",
+    "08_drafters_race": "every family of drafts raced on one verifier: draft model, prompt lookup, suffix tree, self-drafting",
 }
 # The one style as CSS custom properties, read by style.css with var(--spec-...).
 MARK_NAMES = {" ": "space", "\t": "tab", "\n": "newline"}
