@@ -75,7 +75,7 @@ def predictions(pair, rows: list[dict], k: int) -> list[dict]:
     for r in rows:
         r["predicted_here"] = whatif.predict_row_here(costs, r["drafter"], r["drafted_per_round"], r["tokens_per_round"])
         if r["drafter"] == "model" and r["race"] == "first":
-            a = tuple(r["per_position"])
+            a = whatif.per_position(tuple(map(tuple, r["per_position"])))
             for p in [whatif.predict_here(costs, a, k)] + [whatif.predict(m, *sizes, a, k) for m in whatif.MACHINES]:
                 out.append({"prompt": r["prompt"], **asdict(p)})
     return out

@@ -41,7 +41,8 @@ from specdec.decode.start import start
 from specdec.decode.suffix import Document, session_pool
 from specdec.options import ConfigError, DecodeConfig, flat
 from specdec.teach.theory import acceptance, cost_model, decode_tokens_per_s
-from specdec.trace import DraftedBy, summarize
+from specdec.teach.whatif import position_counts
+from specdec.trace import DraftedBy
 
 RACERS = (VERIFIER_ONLY.name, MODEL.name, LOOKUP.name, HYBRID.name, SUFFIX.name, SUFFIX_MODEL.name, SELF.name,
           TREE.name)
@@ -76,7 +77,7 @@ class RaceRow:
     identical: bool | None        # greedy: the verifier-only output exactly; None at T > 0
     kept_by: dict                 # kept drafts by proposer; the verifier's own tokens under "verifier"
     drafted_per_round: float      # drafted tokens (a tree: nodes) per round
-    per_position: tuple           # a_i: of the chains that tested their i-th draft, the share kept
+    per_position: tuple           # (kept, tested) per draft position of its chains (specdec.teach.whatif)
     pieces: tuple                 # (text, proposer) per emitted token, for the colour-coded output
     text: str
 
@@ -135,7 +136,7 @@ def row(drafter: str, gen: Generation, base: Generation, greedy: bool) -> RaceRo
                    acceptance(rounds) if drafted else None, costs.c if costs else None, rate,
                    rate / base_rate if base_rate else 0.0, gen.token_ids == base.token_ids if greedy else None,
                    kept_by, drafted / len(rounds) if rounds else 0.0,
-                   summarize(rounds, 0.0).per_position_acceptance if rounds else (), tuple(pieces), gen.text)
+                   position_counts(rounds), tuple(pieces), gen.text)
 
 
 def heats(pair, prompt: str, cfg: DecodeConfig, drafters: tuple[str, ...] = RACERS,

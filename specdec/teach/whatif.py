@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from specdec.decode.pacing import RoundCosts
 from specdec.decode.registry import LOOKUP, MODEL, SUFFIX
-from specdec.trace import RoundTrace, summarize
+from specdec.trace import ACCEPTED, RoundTrace
 
 
 @dataclass(frozen=True)
@@ -106,9 +106,36 @@ def expected_tokens(a: list[float] | tuple[float, ...], k: int) -> float:
     return total
 
 
-def per_position(rounds: list[RoundTrace]) -> tuple[float, ...]:
-    """a_i: of the rounds that tested their i-th draft, the share that kept it (the run summary's)."""
-    return summarize(rounds, 0.0).per_position_acceptance if rounds else ()
+MIN_TESTED = 5  # a position's share is read from at least this many tests; past the last such, the last is carried
+
+
+def position_counts(rounds: list[RoundTrace]) -> tuple[tuple[int, int], ...]:
+    """(kept, tested) per draft position over the chains of ``rounds``: of the rounds that tested their
+    i-th draft, how many kept it (trees left out)."""
+    kept: list[int] = []
+    tested: list[int] = []
+    for r in rounds:
+        if r.tree is not None:
+            continue
+        for i, p in enumerate(x for x in r.positions if x.tested):
+            if i == len(tested):
+                kept.append(0)
+                tested.append(0)
+            tested[i] += 1
+            kept[i] += p.status == ACCEPTED
+    return tuple(zip(kept, tested))
+
+
+def per_position(counts: tuple[tuple[int, int], ...], min_tested: int = MIN_TESTED) -> tuple[float, ...]:
+    """a_i = kept / tested for the leading positions tested at least ``min_tested`` times (a share of
+    fewer tests says little; a position never tested says nothing, and is not a 0); at least the first
+    position's share where it was tested at all. :func:`expected_tokens` carries the last one on."""
+    out = []
+    for i, (k, t) in enumerate(counts):
+        if t == 0 or (t < min_tested and i > 0):
+            break
+        out.append(k / t)
+    return tuple(out)
 
 
 @dataclass(frozen=True)

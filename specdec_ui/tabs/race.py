@@ -26,6 +26,7 @@ from specdec.teach.whatif import (
     MACHINES,
     ModelSize,
     agreement,
+    per_position,
     model_size,
     predict,
     predict_here,
@@ -160,7 +161,7 @@ def whatif(rows: list[RaceRow], model: RaceRow, k: int, costs: RoundCosts | None
     (and this one from its timed costs) from the draft model's per-position acceptance in this race, and
     this machine's prediction for each run it can predict against what the race measured."""
     verifier, draft = sizes
-    a = tuple(model.per_position)
+    a = per_position(tuple(model.per_position))
     curves = [(m.name, [predict(m, verifier, draft, a, kk) for kk in WHATIF_K]) for m in MACHINES]
     if costs is not None:
         curves.insert(0, (HERE, [predict_here(costs, a, kk) for kk in WHATIF_K]))

@@ -13,6 +13,7 @@ from specdec.teach.whatif import (
     forward_ms,
     model_size,
     per_position,
+    position_counts,
     predict,
     predict_here,
     predict_run_here,
@@ -45,7 +46,7 @@ def test_speedup_on_a_machine_by_hand():
     assert p.tokens == pytest.approx(1.75) and p.speedup == pytest.approx(1.75 / (2 * c + v))
     # the cost per layer is what makes c the ratio of layers rather than of bytes
     slow = predict(Machine("slow calls", 100, 1, 50.0, ""), BIG, SMALL, (0.5,), 2)
-    assert slow.c == pytest.approx(101 / 205) and slow.speedup < p.speedup
+    assert slow.c == pytest.approx(101 / 205) and slow.speedup < p.speedup  # not a clock assert: made-up costs
 
 
 def test_the_shipped_machines_say_where_their_numbers_come_from():
@@ -84,4 +85,14 @@ def test_model_size_and_per_position_on_a_tiny_pair():
     gen = start(pair, "w1 w2 w3", DecodeConfig(max_new_tokens=24, k=3, confidence=0.0, ignore_eos=True), "model",
                 chat=False)
     gen.run()
-    assert per_position(list(gen.rounds)) == summarize(gen.rounds, 0.0).per_position_acceptance
+    counts = position_counts(list(gen.rounds))
+    s = summarize(gen.rounds, 0.0)
+    assert [k for k, _ in counts] == [round(a * t) for a, (_, t) in zip(s.per_position_acceptance, counts)]
+    assert sum(t for _, t in counts) == sum(r.tested for r in gen.rounds)
+    assert per_position(counts, min_tested=1) == tuple(k / t for k, t in counts if t)
+
+
+def test_per_position_stops_where_tests_are_too_few():
+    assert per_position(((8, 10), (6, 8), (2, 4), (1, 1))) == (0.8, 0.75)   # 4 tests: too few
+    assert per_position(((1, 2),)) == (0.5,)                                # the first is read however few
+    assert per_position(((0, 0),)) == () and per_position(((9, 9), (0, 0), (5, 5))) == (1.0,)
