@@ -378,8 +378,8 @@ def drafters_figure(rows) -> go.Figure:
     fig.add_trace(go.Bar(x=names, y=[r.tokens_per_round for r in rows], marker_color=colors, name="tokens per round",
                          text=[f"{r.tokens_per_round:.2f}" for r in rows], textposition="outside",
                          showlegend=False), row=1, col=2)
-    fig.add_hline(y=1.0, line_dash="dot", line_color="#6b7280", annotation_text="verifier only",
-                  annotation_position="top left", row=1, col=1)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#6b7280", row=1, col=1)  # named in the subtitle: a note
+    # on the line would sit under the first bar's number
     fig.update_yaxes(title_text="decode tok/s / verifier-only's", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="tokens per verifier forward", rangemode="tozero", row=1, col=2)
     fig.update_xaxes(title_text="drafter", tickangle=-30, automargin=True)
@@ -391,7 +391,7 @@ def drafters_figure(rows) -> go.Figure:
     fig.update_traces(cliponaxis=False)
     fig.update_layout(uniformtext=dict(minsize=9, mode="hide"))
     return _layout(fig, "Every drafter on one prompt", height=380,
-                   subtitle="decode only (the prefill excluded); grey: verifier only, which drafts nothing")
+                   subtitle="decode only (the prefill excluded); grey and the dotted line: verifier only, which drafts nothing")
 
 
 def speedup_figure(m: CostModel, k_max: int) -> go.Figure:
@@ -587,6 +587,7 @@ def threshold_figure(replays: list, tau: float) -> go.Figure:
 
 
 WHATIF_DASH = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+WHATIF_MARK = ("circle", "square", "diamond", "triangle-up", "cross", "x")  # two lines that meet still differ
 
 
 def whatif_figure(curves: list[tuple[str, list]], here: tuple[float, float]) -> go.Figure:
@@ -597,6 +598,7 @@ def whatif_figure(curves: list[tuple[str, list]], here: tuple[float, float]) -> 
     for i, (name, preds) in enumerate(curves):
         fig.add_trace(go.Scatter(x=[p.k for p in preds], y=[p.speedup for p in preds], mode="lines+markers",
                                  name=name, line=dict(dash=WHATIF_DASH[i % len(WHATIF_DASH)], width=2),
+                                 marker=dict(symbol=WHATIF_MARK[i % len(WHATIF_MARK)], size=8),
                                  hovertemplate=f"{name}<br>K = %{{x}}: S = %{{y:.2f}}x (predicted)<extra></extra>"))
     fig.add_trace(go.Scatter(x=[here[0]], y=[here[1]], mode="markers", name="this machine, measured in the race",
                              marker=dict(color="#dc2626", size=14, symbol="star"),

@@ -21,11 +21,14 @@ would lower every S there. This machine is predicted from its own timed forwards
 (:class:`specdec.decode.pacing.RoundCosts`, timed once per machine), so that its prediction can be held
 against what the race measured.
 
-Why the study's speculation gained nothing on an Apple M2 Max: there, reading the weights is cheap (400
-GB/s: 2.4 ms for this verifier's 0.96 GB, 0.8 ms for the draft's 0.31 GB) and the cost per layer is not,
-and both models have about as many layers (24 and 28), so c moves from the ratio of the bytes (0.32)
-toward the ratio of the layers (24 / 28 = 0.86): every drafted token costs most of a verifier step,
-and a round of K drafts costs more than the E(K) steps it saves unless nearly every draft is kept.
+Why this pair would gain nothing on the study's Apple M2 Max with PyTorch MPS: there, reading the
+weights is cheap (400 GB/s: 2.4 ms for this verifier's 0.96 GB, 0.8 ms for the draft's 0.31 GB) and the
+cost per layer is not, and both models have about as many layers (24 and 28), so c moves from the
+ratio of the bytes (0.32) toward the ratio of the layers (24 / 28 = 0.86): every drafted token costs
+most of a verifier step, and a round of K drafts costs more than the E(K) steps it saves unless nearly
+every draft is kept. The study's own pair (:data:`STUDY_DRAFT` for :data:`STUDY_VERIFIER`, 6 layers
+for 24) had a cheap draft there (c about 0.25); the formula predicts more than the 1.05x it measured,
+and what it leaves out is not known here.
 """
 from __future__ import annotations
 
@@ -75,6 +78,14 @@ class ModelSize:
     layers: int
 
 
+# The study this project grew from (docs/results.md): DistilGPT-2 drafting for GPT-2 Medium in float32 on an M2
+# Max with PyTorch MPS; 1.05x measured (46.9 vs 44.5 tok/s), 67 % of drafts kept at K = 1. The matmul weights:
+# 12·d² a layer (attention 4·d², MLP 8·d²) and the output layer's 50257·d.
+STUDY_VERIFIER = ModelSize(24 * 12 * 1024**2 + 50257 * 1024, 4 * (24 * 12 * 1024**2 + 50257 * 1024), 24)
+STUDY_DRAFT = ModelSize(6 * 12 * 768**2 + 50257 * 768, 4 * (6 * 12 * 768**2 + 50257 * 768), 6)
+STUDY_A, STUDY_SPEEDUP = 0.67, 46.9 / 44.5
+
+
 def model_size(model) -> ModelSize:
     """A loaded model's :class:`ModelSize`: every module with ``in_features`` and ``out_features`` (specdec's
     packed layers and torch's Linear) counted once, its bytes as stored (``nbytes()`` or the weight's)."""
@@ -106,7 +117,7 @@ def expected_tokens(a: list[float] | tuple[float, ...], k: int) -> float:
     return total
 
 
-MIN_TESTED = 5  # a position's share is read from at least this many tests; past the last such, the last is carried
+MIN_TESTED = 5  # a position's share is read from at least this many tests; later positions are pooled
 
 
 def position_counts(rounds: list[RoundTrace]) -> tuple[tuple[int, int], ...]:
@@ -127,13 +138,15 @@ def position_counts(rounds: list[RoundTrace]) -> tuple[tuple[int, int], ...]:
 
 
 def per_position(counts: tuple[tuple[int, int], ...], min_tested: int = MIN_TESTED) -> tuple[float, ...]:
-    """a_i = kept / tested for the leading positions tested at least ``min_tested`` times (a share of
-    fewer tests says little; a position never tested says nothing, and is not a 0); at least the first
-    position's share where it was tested at all. :func:`expected_tokens` carries the last one on."""
-    out = []
+    """a_i = kept / tested for the leading positions tested at least ``min_tested`` times, then one share
+    pooled over every later position (a share of fewer tests says little; a position never tested says
+    nothing, and is not a 0), which :func:`expected_tokens` carries on. Empty where nothing was tested."""
+    out: list[float] = []
     for i, (k, t) in enumerate(counts):
-        if t == 0 or (t < min_tested and i > 0):
-            break
+        if t < min_tested:
+            rest = counts[i:]
+            kept, tested = sum(k for k, _ in rest), sum(t for _, t in rest)
+            return tuple(out) + ((kept / tested,) if tested else ())
         out.append(k / t)
     return tuple(out)
 

@@ -24,6 +24,11 @@ from specdec.decode.registry import DRAFTERS, MODEL, VERIFIER_ONLY
 from specdec.teach.race import DEFINITIONS, RACERS, VERIFIER, RaceRow, heats, row
 from specdec.teach.whatif import (
     MACHINES,
+    MIN_TESTED,
+    STUDY_A,
+    STUDY_DRAFT,
+    STUDY_SPEEDUP,
+    STUDY_VERIFIER,
     ModelSize,
     agreement,
     per_position,
@@ -43,17 +48,20 @@ INTRO = ("**One prompt, one verifier, every drafter**, one after another, each w
          "K, temperature, max new tokens, seed...; the sidebar's drafter is the one setting not used): first "
          "verifier-only decoding, the baseline, then each drafter against it. At T > 0 every run generates exactly "
          "max-new-tokens tokens (a stop token does not end one early): equal work, so that the speeds compare.")
-# Who proposed a kept token: (words, fill, underline). Okabe-Ito hues, lightened so that the ink reads
-# on each at 7:1 or more, and a second cue, the underline, so that colour is never the only one.
-PROPOSERS = {str(DraftedBy.MODEL): ("the draft model", "#bfdbfe", "3px solid #1d4ed8"),
+# Who proposed a kept token: (words, fill, underline). Hues the page's key of verdicts (green kept, red
+# rejected, amber resampled, blue bonus) does not use, lightened so that the ink reads on each at 7:1 or
+# more, and a second cue, the underline, so that colour is never the only one.
+PROPOSERS = {str(DraftedBy.MODEL): ("the draft model", "#ddd6fe", "3px solid #6d28d9"),
              str(DraftedBy.LOOKUP): ("prompt lookup", "#fed7aa", "3px dashed #c2410c"),
-             str(DraftedBy.SUFFIX): ("the suffix tree", "#a7f3d0", "3px double #047857"),
-             str(DraftedBy.SELF): ("the verifier, layers skipped", "#f5d0fe", "3px dotted #a21caf"),
+             str(DraftedBy.SUFFIX): ("the suffix tree", "#a5f3fc", "3px double #0e7490"),
+             str(DraftedBy.SELF): ("the verifier, layers skipped", "#fbcfe8", "3px dotted #be185d"),
              VERIFIER: ("the verifier (a resample, a bonus, a plain step)", "#e5e7eb", "none")}
 TRY = ("**Try:** press the button again on the same prompt: the suffix tree's pool now holds the first race's "
-       "output, which is what a second run of the same task gains. Then an *edit this code* prompt (the last "
-       "example: rename a variable and return the full code), where the drafters that copy (lookup, the suffix "
-       "tree) shine with c about 0; on fresh prose nothing earlier matches, and none of them should.")
+       "output, which is what a second run of the same task gains (during a race the pool is held still: no "
+       "drafter reads another's output of the same prompt, so the first race cannot show it). Then the last "
+       "example prompt, an edit of code in the prompt (rename a variable and return the full code): the drafters "
+       "that copy (prompt lookup, the suffix tree) cost almost nothing a draft (c about 0), and win where the "
+       "copied stretches are long; on fresh prose nothing earlier matches, and none of them should.")
 BUSY_SHARE = 0.15  # other processes' share of the cores above which the speeds are said to be unreliable
 STOPPED = "**Stopped.** The rows are the drafters that finished before the stop; the others did not run."
 
@@ -137,12 +145,13 @@ def outputs_html(rows: list[RaceRow]) -> str:
 
 
 def race_view(rows: list[RaceRow], skipped: list[str], badge: str, final: bool, k: int = 0,
-              costs: RoundCosts | None = None, sizes: tuple[ModelSize, ModelSize] | None = None) -> RaceView:
+              costs: RoundCosts | None = None, sizes: tuple[ModelSize, ModelSize] | None = None,
+              busy: bool = False) -> RaceView:
     """The race so far; at the end (``final``) with its chart and, where the draft model ran and the
     pair's sizes are known, the what-if for other hardware at the race's ``k`` (``costs``: this
     machine's timed costs, None where they are not timed)."""
     model = next((r for r in rows if r.drafter == MODEL.name), None)
-    what = whatif(rows, model, k, costs, sizes) if final and model is not None and sizes is not None else None
+    what = whatif(rows, model, k, costs, sizes, busy) if final and model is not None and sizes is not None else None
     return RaceView(badge=badge, table=table_html(rows, skipped),
                     chart=charts.drafters_figure(rows) if final and rows else None, outputs=outputs_html(rows),
                     whatif=what[0] if what else "", whatif_chart=what[1] if what else None,
@@ -156,7 +165,7 @@ HERE = "this machine (its timed forwards)"
 
 
 def whatif(rows: list[RaceRow], model: RaceRow, k: int, costs: RoundCosts | None,
-           sizes: tuple[ModelSize, ModelSize]):
+           sizes: tuple[ModelSize, ModelSize], busy: bool = False):
     """(table HTML, chart, notes markdown): S(K) on each machine of :data:`~specdec.teach.whatif.MACHINES`
     (and this one from its timed costs) from the draft model's per-position acceptance in this race, and
     this machine's prediction for each run it can predict against what the race measured."""
@@ -185,30 +194,46 @@ def whatif(rows: list[RaceRow], model: RaceRow, k: int, costs: RoundCosts | None
                 lines.append(f"<li><b>{escape(r.label)}</b>: predicted <b>{guess:.2f}x</b> for its "
                              f"{r.drafted_per_round:.2f} drafted and {r.tokens_per_round:.2f} tokens a round; measured "
                              f"<b>{r.speedup:.2f}x</b>: {agreement(guess, r.speedup)}</li>")
+    load = (" <b>Other processes were busy while the race ran</b>: its measured speed-ups are unreliable, and so is "
+            "this comparison (the timed costs are a quiet machine's)." if busy else "")
     here = ("<p><b>This machine, predicted against the race.</b> From its timed forwards (a verifier forward over L "
-            "rows, one draft forward, a round's work besides them: timed once at a short context) and each run's "
-            f"drafted and tokens per round:</p><ul>{''.join(lines)}</ul>" if lines else
+            "rows, one draft forward, a round's work besides them: timed once, at a short context, on a quiet "
+            "machine) and each run's own drafted and tokens per round. The table's row is another question: a "
+            "constant K every round, from the acceptance per position; the chart's star is the race's run, which "
+            f"drafted {model.drafted_per_round:.2f} a round on average.{load}</p><ul>{''.join(lines)}</ul>" if lines else
             "<p><b>This machine</b> is not predicted: its forwards are not timed for these models.</p>")
     mps = at[MACHINES[0].name]
-    why = (f"**Why the study's speculation gained nothing on an Apple M2 Max.** There reading the weights is cheap "
-           f"(400 GB/s: {verifier.nbytes / 4e8:.1f} ms for this verifier's {verifier.nbytes / 1e9:.2f} GB, "
-           f"{draft.nbytes / 4e8:.1f} ms for the draft's) and what every layer of a forward costs besides its "
-           f"arithmetic is not (launches, dispatch); both models have about as many layers ({draft.layers} and "
-           f"{verifier.layers}), so c rises from the ratio of their bytes ({draft.nbytes / verifier.nbytes:.2f}) "
-           f"towards the ratio of their layers ({draft.layers / verifier.layers:.2f}): {mps.c:.2f} with PyTorch's "
-           "cost per layer on MPS. A drafted token then costs most of a verifier step, and a round of K drafts "
-           "costs more than the steps it saves unless nearly every draft is kept. The cure is a cheaper call (a "
-           "leaner runtime, CUDA graphs) or a draft with fewer layers, not a smaller draft.")
+    study = predict(MACHINES[0], STUDY_VERIFIER, STUDY_DRAFT, (STUDY_A,), k)
+    why = (f"**Would this pair pay on an Apple M2 Max?** The study this project grew from ran PyTorch on an M2 Max "
+           f"(MPS) and measured {STUDY_SPEEDUP:.2f}x. There reading the weights is cheap (400 GB/s: "
+           f"{verifier.nbytes / 4e8:.1f} ms for this verifier's {verifier.nbytes / 1e9:.2f} GB, {draft.nbytes / 4e8:.1f} "
+           "ms for the draft's) and what every layer of a forward costs besides its arithmetic is not (the study "
+           "measured about 25 ms fixed a forward of 24 layers); this pair's models have about as many layers "
+           f"({draft.layers} and {verifier.layers}), so c rises from the ratio of their bytes "
+           f"({draft.nbytes / verifier.nbytes:.2f}) towards the ratio of their layers "
+           f"({draft.layers / verifier.layers:.2f}): {mps.c:.2f}, and S({k}) = {mps.speedup:.2f}x. A drafted token "
+           "costs most of a verifier step, and a round of K drafts costs more than the steps it saves unless nearly "
+           "every draft is kept. The study's own pair (DistilGPT-2, 6 layers, drafting for GPT-2 Medium, 24) had "
+           f"the cheap draft this pair lacks there: c = {study.c:.2f}; at its measured acceptance {STUDY_A:.2f} "
+           f"(K = 1) the same formula gives S({k}) = {study.speedup:.2f}x, more than the {STUDY_SPEEDUP:.2f}x it "
+           "measured; what the formula leaves out (12 % of the study's time was outside the forwards, and the two "
+           "models' costs per layer need not be equal) is not known here, so the formula does not explain the "
+           "study's own result. "
+           "The cure on such a machine is a cheaper call (a leaner runtime, CUDA graphs on a GPU) or a draft with "
+           "fewer layers, not only a smaller one.")
     positions = ", ".join(f"{x:.2f}" for x in a) or "none tested"
     said = ("*Every number in the table is a prediction but E(K), which reads the draft model's per-position "
-            f"acceptance a_1, a_2, ... measured in this race ({positions}; positions past them read the last; with a "
-            "draft confidence > 0 a position counts only where the draft went on). A forward on a machine: t(L) = "
+            f"acceptance a_1, a_2, ... measured in this race ({positions}; from the first position tested fewer than "
+            f"{MIN_TESTED} times on, one share pooled over the rest, and read past them; with a draft confidence > 0 a "
+            "position counts "
+            "only where the draft went on, so E runs high), and this machine's t_v(1), which is timed. A forward "
+            "on another machine: t(L) = "
             "D·o + max(bytes / B, L·weights / R), D layers at o ms each besides the arithmetic; c = t_d(1) / "
             "t_v(1), v(K) = t_v(K+1) / t_v(1), S(K) = E(K) / (K c + v(K)). The other machines leave out a round's "
             "own work besides the forwards (sampling, the rule), which would lower their S. The weights are "
             f"this pair's as stored here ({verifier.nbytes / 1e9:.2f} + {draft.nbytes / 1e9:.2f} GB).*")
     sources = "\n".join(f"* **{m.name}**: {m.source}" for m in MACHINES)
-    return (f"<h3>What if this race ran on other hardware?</h3>{table}{here}", fig,
+    return (f"<h3>What if this race's draft model ran on other hardware?</h3>{table}{here}", fig,
             f"{why}\n\n{said}\n\nWhere the machines' numbers come from:\n\n{sources}")
 
 
@@ -261,8 +286,19 @@ def race(loader: Loader, session: Session, form: dict) -> Iterator[RaceView | Pr
             "unreliable this time; race again on a quiet machine. Tokens per round, a and identical do not depend "
             "on the load." if others is not None and others >= BUSY_SHARE else "")
     costs, sizes = machine_view(loader.pair)
-    yield race_view(rows, skipped, (STOPPED if session.stop else f"**Done:** {len(rows)} runs.") + busy, True,
-                    cfg.k, costs, sizes)
+    yield race_view(rows, skipped, (STOPPED if session.stop else f"**Done:** {len(rows)} runs." + fastest(rows))
+                    + busy, True, cfg.k, costs, sizes, busy=bool(busy))
+
+
+def fastest(rows: list[RaceRow]) -> str:
+    """The race's winner in a line, with the two numbers that made it."""
+    racers = [r for r in rows if r.drafter != VERIFIER_ONLY.name]
+    if not racers:
+        return ""
+    best = max(racers, key=lambda r: r.speedup)
+    c = "" if best.c is None else f", c = {best.c:.2f}"
+    return (f" Fastest: **{best.label}**, {best.speedup:.2f}x the baseline ({best.tokens_per_round:.2f} tokens a "
+            f"round{c}).")
 
 
 def machine_view(pair) -> tuple[RoundCosts | None, tuple[ModelSize, ModelSize] | None]:

@@ -111,7 +111,7 @@ def run_view(rounds: list[RoundTrace], prefill_s: float, status: str, download: 
                    kinds=last(lambda: kinds_chart({"this run": [rounds]}), drafted),
                    kinds_text=last(lambda: kinds_markdown({"this run": [rounds]}), drafted) or "",
                    confidence_box=conf is not None if final else UNCHANGED,
-                   threshold=gr.update(minimum=confident.own, value=confident.own) if conf else UNCHANGED,
+                   threshold=gr.update(value=confident.own) if conf else UNCHANGED,
                    confidence=conf[0] if conf else last(lambda: None, False),
                    replayed=conf[1] if conf else last(lambda: None, False),
                    threshold_text=conf[2] if conf else ("" if final else UNCHANGED), download=download)

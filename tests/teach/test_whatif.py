@@ -92,7 +92,7 @@ def test_model_size_and_per_position_on_a_tiny_pair():
     assert per_position(counts, min_tested=1) == tuple(k / t for k, t in counts if t)
 
 
-def test_per_position_stops_where_tests_are_too_few():
-    assert per_position(((8, 10), (6, 8), (2, 4), (1, 1))) == (0.8, 0.75)   # 4 tests: too few
-    assert per_position(((1, 2),)) == (0.5,)                                # the first is read however few
-    assert per_position(((0, 0),)) == () and per_position(((9, 9), (0, 0), (5, 5))) == (1.0,)
+def test_per_position_pools_the_positions_tested_too_few_times():
+    assert per_position(((8, 10), (6, 8), (2, 4), (1, 1))) == (0.8, 0.75, 0.6)  # 4 and 1 tests: pooled, 3 of 5
+    assert per_position(((1, 2),)) == (0.5,)                                  # too few from the first: all pooled
+    assert per_position(((0, 0),)) == () and per_position(((9, 9), (0, 0), (5, 5))) == (1.0, 1.0)

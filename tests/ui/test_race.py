@@ -107,7 +107,7 @@ def test_a_race_on_a_busy_machine_says_its_speeds_are_unreliable(loader, monkeyp
 def test_the_race_ends_with_the_whatif_for_other_hardware(tree_loader, pool):
     from specdec.teach.whatif import MACHINES, WITHIN
     final = list(race_tab.race(tree_loader, Session(), form(temperature=0.0, max_new_tokens=12, k=3)))[-1]
-    assert final.whatif.startswith("<h3>What if this race ran on other hardware?</h3>")
+    assert final.whatif.startswith("<h3>What if this race's draft model ran on other hardware?</h3>")
     # a row per machine and this one, each at the race's K, and the sources of every machine's numbers
     heads = re.findall(r'<th scope="col">(.*?)</th>', final.whatif)
     assert heads == ["machine", "a verifier step t_v(1)", "c", "v(3)", "E(3) tokens a round", "S(3)", "the best K: S"]
@@ -120,6 +120,7 @@ def test_the_race_ends_with_the_whatif_for_other_hardware(tree_loader, pool):
     assert {label for label, *_ in said} == {html.escape(DRAFTERS[d].label) for d in ("model", "lookup", "suffix")}
     names = [t.name for t in final.whatif_chart.data]
     assert names == [race_tab.HERE, *(m.name for m in MACHINES), "this machine, measured in the race"]
-    assert "Why the study's speculation gained nothing on an Apple M2 Max" in final.whatif_notes
+    assert "**Would this pair pay on an Apple M2 Max?**" in final.whatif_notes
+    assert "The study's own pair (DistilGPT-2, 6 layers, drafting for GPT-2 Medium, 24)" in final.whatif_notes
     empty = race_tab.race_view([], [], "", False)
     assert empty.whatif_chart is None and empty.whatif == empty.whatif_notes == ""

@@ -319,7 +319,7 @@ def test_the_confidence_section_replays_the_run_at_the_sliders_threshold(loader,
     s = Session()
     final = list(run_tab.run(loader, s, form(seed=2, k=4, confidence=0.0, max_new_tokens=32)))[-1]
     assert final.confidence_box is True and final.confidence is not None and final.replayed is not None
-    assert final.threshold["minimum"] == 0.0 and final.threshold["value"] == 0.0
+    assert final.threshold["value"] == 0.0
     assert "the run's own threshold: the replay is the run" in final.threshold_text
     tested = sum(r.tested for r in s.confident.rounds if r.drafted)
     assert sum(len(t.x) for t in final.confidence.data[:2]) == tested  # kept and rejected: one point a tested draft
@@ -328,14 +328,15 @@ def test_the_confidence_section_replays_the_run_at_the_sliders_threshold(loader,
     at = s.confident.replay(0.8)
     assert f"**{at.drafted:.2f} drafted per round**" in text and f"**{at.tokens:.2f} tokens per round**" in text
     assert curve.data[0].x[0] == 0.0 and curve.data[0].x[-1] == 0.99  # every threshold from the run's own up
-    assert run_tab.threshold_moved(s, -1)[2].startswith("* **At τ = 0.00**")  # below the run's own: its own
+    assert run_tab.threshold_moved(s, 0.0)[2].startswith("* **At τ = 0.00**")
     # a run at 0.6 replays from 0.6 up, and says why not below
     final = list(run_tab.run(loader, s, form(seed=2, k=4, confidence=0.6, max_new_tokens=24)))[-1]
-    assert final.threshold["minimum"] == 0.6 and "cannot be replayed" in final.threshold_text
-    assert run_tab.threshold_moved(s, 0.3)[2].startswith("* **At τ = 0.60**")
+    assert final.threshold["value"] == 0.6 and "cannot be replayed" in final.threshold_text
+    below = run_tab.threshold_moved(s, 0.3)[2]  # below the run's own: said at the top, shown at its own
+    assert below.startswith("**τ = 0.30 is below this run's own threshold 0.60**") and "* **At τ = 0.60**" in below
     # the trace replayed: the same section, no models needed
     replayed = run_tab.replay(Session(), final.download)
-    assert replayed.view.confidence_box is True and replayed.view.threshold["minimum"] == 0.6
+    assert replayed.view.confidence_box is True and replayed.view.threshold["value"] == 0.6
 
 
 def test_no_confidence_section_where_nothing_drew_a_confidence(loader):

@@ -36,7 +36,7 @@ def check_race(pg, viewport, artifacts, name):
     outputs = pg.locator(".race-out-title")
     expect(outputs).to_have_count(len(RACERS))
     assert pg.locator(".race-by-verifier").count() > 0 and pg.locator(".race-by-model").count() > 0
-    whatif = pg.get_by_text("What if this race ran on other hardware?")
+    whatif = pg.get_by_text("What if this race's draft model ran on other hardware?")
     expect(whatif).to_be_visible()
     page_text = pg.locator("body").inner_text()
     for m in MACHINES:
