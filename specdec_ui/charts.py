@@ -391,7 +391,7 @@ def drafters_figure(rows) -> go.Figure:
     fig.update_traces(cliponaxis=False)
     fig.update_layout(uniformtext=dict(minsize=9, mode="hide"))
     return _layout(fig, "Every drafter on one prompt", height=380,
-                   subtitle="decode only (the prefill excluded); grey and the dotted line: verifier only, which drafts nothing")
+                   subtitle="decode only; grey, dotted: verifier only")
 
 
 def speedup_figure(m: CostModel, k_max: int) -> go.Figure:

@@ -611,7 +611,8 @@ def test_at_400_px_every_tab_shows_messages_are_seen_and_nothing_runs_off_the_ed
         pg.wait_for_timeout(1000)
         plots = [p for p in pg.locator(".js-plotly-plot").all() if p.is_visible()]
         boxes = [p.bounding_box() for p in plots]
-        assert len(boxes) == 5 and len({round(b["x"]) for b in boxes}) == 1  # one plot per row
+        # the run's five charts and the confidence section's two (every run of fill() drafts at confidence 0)
+        assert len(boxes) == 7 and len({round(b["x"]) for b in boxes}) == 1  # one plot per row
         assert all(b["x"] + b["width"] <= PHONE["width"] + 1 for b in boxes)
         assert_chart_labels_fit(pg, at_least=4)                  # every label inside its chart, none meeting
         assert pg.evaluate(wide) <= PHONE["width"]
@@ -751,14 +752,16 @@ def test_at_400_px_the_sidebar_closes_clear_and_small_things_read(browser, url, 
         token = tokens(pg)[0]
         token.focus()                                                 # its story box is not indented
         assert token.evaluate("e => getComputedStyle(e, '::after').textIndent") == "0px"
-        plot = pg.locator(".js-plotly-plot").filter(has=pg.locator(".g-y2title"))
-        plot.scroll_into_view_if_needed()
-        plot.hover()
-        bar = plot.locator(".modebar").bounding_box()
-        for label in plot.locator(".g-y2title text, .y2tick text").all():
-            b = label.bounding_box()
-            assert not boxes_meet({"x": b["x"], "y": b["y"], "w": b["width"], "h": b["height"]},
-                             {"x": bar["x"], "y": bar["y"], "w": bar["width"], "h": bar["height"]}), label.text_content()
+        right_axes = pg.locator(".js-plotly-plot").filter(has=pg.locator(".g-y2title")).all()
+        assert len(right_axes) == 2  # drafts kept per round, and the run replayed at each threshold
+        for plot in right_axes:
+            plot.scroll_into_view_if_needed()
+            plot.hover()
+            bar = plot.locator(".modebar").bounding_box()
+            for label in plot.locator(".g-y2title text, .y2tick text").all():
+                b = label.bounding_box()
+                assert not boxes_meet({"x": b["x"], "y": b["y"], "w": b["width"], "h": b["height"]},
+                                 {"x": bar["x"], "y": bar["y"], "w": bar["width"], "h": bar["height"]}), label.text_content()
         pg.screenshot(path=artifacts / "app-run-wrapped-400px.png", full_page=True)
     finally:
         pg.context.close()
