@@ -94,7 +94,9 @@ def cli_error(capsys, models: ModelChoice) -> str:
     """The command line's one-line message for the same choice, without its "error: "."""
     flags = [f"--{name.replace('_', '-')}={'' if value is None else value}" for name, value in flat(models).items()]
     assert cli.main(["generate", "--prompt", PROMPT, *flags]) == 2
-    return capsys.readouterr().err.strip().splitlines()[-1].removeprefix("error: ")
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    # after "error: ": a loading progress bar (ended by \r, not a newline) may share its line
+    return line[line.rindex("error: ") + len("error: "):] if "error: " in line else line
 
 
 def in_the_page(field: str, message: str) -> str:
